@@ -1,0 +1,104 @@
+"""Shared pieces of Cardloop's JSON API: the error shape and the DRF exception handler.
+
+Every API error is `{"error": <code>, "detail": <message or {field: [messages]}>}` with a 4xx
+status; nothing reaches the client as an HTML page or a 500 with a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.http import JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(exceptions.APIException):
+    """Raise from a view or service to answer `{"error": code, "detail": detail}`.
+
+    `status_code` defaults to 400; pass e.g. 404 or 409.
+    """
+
+    def __init__(self, code: str, detail: Any = None, status_code: int = 400):
+        self.status_code = status_code
+        self.error_code = code
+        super().__init__(detail=detail if detail is not None else code, code=code)
+        self.detail_value = detail if detail is not None else code
+
+
+def error_body(code: str, detail: Any) -> dict[str, Any]:
+    return {"error": code, "detail": detail}
+
+
+def exception_handler(exc, context):
+    """DRF exception handler producing `{"error", "detail"}` bodies."""
+    if isinstance(exc, ApiError):
+        return Response(error_body(exc.error_code, exc.detail_value), status=exc.status_code)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # unexpected: Django logs it and handler500 answers JSON
+    if isinstance(exc, exceptions.ValidationError):
+        code = "invalid"
+        detail = response.data
+    elif isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        code = "not_authenticated"
+        detail = str(exc.detail)
+    elif isinstance(exc, exceptions.PermissionDenied):
+        code = "forbidden"
+        detail = str(exc.detail)
+    elif isinstance(exc, exceptions.NotFound):
+        code = "not_found"
+        detail = str(exc.detail)
+    elif isinstance(exc, exceptions.MethodNotAllowed):
+        code = "method_not_allowed"
+        detail = str(exc.detail)
+    elif isinstance(exc, exceptions.ParseError | exceptions.UnsupportedMediaType):
+        code = "bad_request"
+        detail = str(exc.detail)
+    elif isinstance(exc, exceptions.Throttled):
+        code = "throttled"
+        detail = str(exc.detail)
+    else:
+        code = getattr(exc, "default_code", "error")
+        detail = (
+            response.data.get("detail", response.data)
+            if isinstance(response.data, dict)
+            else response.data
+        )
+    response.data = error_body(code, detail)
+    return response
+
+
+def json_error(code: str, detail: Any, status_code: int) -> JsonResponse:
+    """A plain Django JSON error response in the API's shape (for non-DRF views)."""
+    return JsonResponse(error_body(code, detail), status=status_code)
+
+
+def handler404(request, exception=None):
+    return (
+        json_error("not_found", "No such resource.", status.HTTP_404_NOT_FOUND)
+        if _is_api(request)
+        else _html_handler("404")(request, exception)
+    )
+
+
+def handler500(request):
+    if _is_api(request):
+        return json_error("server_error", "Internal error; it has been logged.", 500)
+    from django.views.defaults import server_error
+
+    return server_error(request)
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith(("/api/", "/lark/", "/healthz", "/readyz"))
+
+
+def _html_handler(name: str):
+    from django.views import defaults
+
+    return {"404": defaults.page_not_found}[name]

@@ -1,0 +1,89 @@
+"""Authentication of the bot backend (`Authorization: Bearer clk_…`) for DRF views.
+
+A valid key makes `request.user` a `BotPrincipal` (authenticated, not staff) and `request.auth`
+the `BotApiKey` row. Staff sessions still work through DRF's SessionAuthentication; views that
+are for the bot backend only use the `IsBot` permission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.utils.translation import gettext_lazy as _
+from rest_framework import authentication, exceptions, permissions
+
+from botadmin.models import Bot, BotApiKey
+
+
+@dataclass(frozen=True)
+class BotPrincipal:
+    """The caller behind a bot API key."""
+
+    bot: Bot
+    key: BotApiKey
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    is_superuser = False
+    is_active = True
+
+    @property
+    def pk(self) -> None:  # never a user row
+        return None
+
+    def get_username(self) -> str:
+        return f"bot:{self.bot.app_id}"
+
+    def __str__(self) -> str:
+        return self.get_username()
+
+
+class BotApiKeyAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer clk_<lookup>_<secret>`; other schemes/tokens are left to others."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request)
+        if not header:
+            return None
+        try:
+            scheme, _sep, raw = header.decode("ascii").partition(" ")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed(_("Malformed Authorization header.")) from None
+        if scheme.lower() != "bearer":
+            return None
+        raw = raw.strip()
+        if not raw.startswith(f"{BotApiKey.PREFIX_TAG}_"):
+            return None
+        key = BotApiKey.find_active(raw)
+        if key is None:
+            raise exceptions.AuthenticationFailed(_("Invalid or revoked API key."))
+        key = BotApiKey.objects.select_related("bot").get(pk=key.pk)
+        key.touch()
+        return BotPrincipal(bot=key.bot, key=key), key
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="cardloop"'
+
+
+class IsBot(permissions.BasePermission):
+    """Only callers authenticated with a bot API key."""
+
+    message = _("This endpoint needs a bot API key (Authorization: Bearer clk_…).")
+
+    def has_permission(self, request, view) -> bool:
+        return isinstance(request.user, BotPrincipal)
+
+
+class IsBotOrStaff(permissions.BasePermission):
+    """A bot API key, or a logged-in staff user."""
+
+    message = _("This endpoint needs a bot API key or a staff session.")
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        return isinstance(user, BotPrincipal) or bool(
+            getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False)
+        )

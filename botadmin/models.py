@@ -1,0 +1,398 @@
+"""Teams, bots, chats, policy layers, keys, tokens, webhook destinations and the audit log.
+
+Policy layers are stored *partial* (only the keys a layer sets) in JSON columns; their schema
+and the resolver live in `botadmin.policy` (pure functions). Secrets never live in a column:
+each `*_secret_ref` / `secret_ref` names a file under `CARDLOOP_SECRET_DIR` written by
+`botadmin.secretstore`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets as pysecrets
+from typing import ClassVar
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Team(models.Model):
+    """A locally hosted team: owns a policy layer, is bound to chats, has manager members."""
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    description = models.TextField(_("description"), blank=True)
+    policy = models.JSONField(
+        _("feedback policy layer"),
+        default=dict,
+        blank=True,
+        help_text=_("Partial layer: only the fields this team sets. Empty = inherit everything."),
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        through="TeamMembership",
+        related_name="cardloop_teams",
+        blank=True,
+        verbose_name=_("members"),
+        help_text=_("Managers who may read this team's analytics."),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("team")
+        verbose_name_plural = _("teams")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMembership(models.Model):
+    """A user's membership of a team; analytics are scoped to the teams a manager is in."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="team_membership_unique")
+        ]
+        verbose_name = _("team membership")
+        verbose_name_plural = _("team memberships")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.team}"
+
+
+class Chat(models.Model):
+    """A Feishu chat (`chat_id` = `oc_…`), group or p2p."""
+
+    class ChatType(models.TextChoices):
+        GROUP = "group", _("group")
+        P2P = "p2p", _("private (p2p)")
+
+    chat_id = models.CharField(_("chat_id"), max_length=64, unique=True)
+    name = models.CharField(_("name"), max_length=200, blank=True)
+    chat_type = models.CharField(
+        _("type"), max_length=8, choices=ChatType.choices, default=ChatType.GROUP
+    )
+    teams = models.ManyToManyField(
+        Team, through="TeamChat", related_name="chats", blank=True, verbose_name=_("teams")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "chat_id"]
+        verbose_name = _("chat")
+        verbose_name_plural = _("chats")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.chat_id})" if self.name else self.chat_id
+
+
+class TeamChat(models.Model):
+    """Binding of a chat to a team. A chat bound to two teams resolves to feedback off
+    (reason `ambiguous_team`): it fails closed rather than guess whose policy applies."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="chat_bindings")
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="team_bindings")
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "chat"], name="team_chat_unique")]
+        verbose_name = _("team ↔ chat binding")
+        verbose_name_plural = _("team ↔ chat bindings")
+
+    def __str__(self) -> str:
+        return f"{self.team} ↔ {self.chat}"
+
+
+class BotQuerySet(models.QuerySet):
+    def with_credentials(self) -> BotQuerySet:
+        """Bots that can call the Feishu Open API (an app secret is set)."""
+        return self.exclude(app_secret_ref="")
+
+
+class Bot(models.Model):
+    """One Feishu/Lark app. Credentials are `secret_ref`s to files, never plain columns."""
+
+    class Domain(models.TextChoices):
+        FEISHU = "feishu", _("Feishu (open.feishu.cn)")
+        LARK = "lark", _("Lark (open.larksuite.com)")
+
+    #: secret name → the model field holding its ref.
+    SECRET_FIELDS: ClassVar[dict[str, str]] = {
+        "app_secret": "app_secret_ref",
+        "encrypt_key": "encrypt_key_ref",
+        "verification_token": "verification_token_ref",
+    }
+
+    app_id = models.CharField(_("app_id"), max_length=64, unique=True)
+    name = models.CharField(_("name"), max_length=100)
+    domain = models.CharField(
+        _("domain"), max_length=8, choices=Domain.choices, default=Domain.FEISHU
+    )
+    api_only = models.BooleanField(
+        _("API only"),
+        default=False,
+        help_text=_("API-only bots never show feedback buttons, whatever the policy says."),
+    )
+    app_secret_ref = models.CharField(max_length=80, blank=True, editable=False)
+    encrypt_key_ref = models.CharField(max_length=80, blank=True, editable=False)
+    verification_token_ref = models.CharField(max_length=80, blank=True, editable=False)
+    policy = models.JSONField(
+        _("feedback policy layer"),
+        default=dict,
+        blank=True,
+        help_text=_("Partial layer: only the fields this bot sets. Empty = inherit everything."),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    objects = BotQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("bot")
+        verbose_name_plural = _("bots")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.app_id})"
+
+    def secret(self, name: str) -> str:
+        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
+        from botadmin.secretstore import read_secret
+
+        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
+
+    def has_secret(self, name: str) -> bool:
+        return bool(getattr(self, self.SECRET_FIELDS[name]))
+
+    @property
+    def has_credentials(self) -> bool:
+        """True when Cardloop can call the Open API for this bot (an app secret is set)."""
+        return bool(self.app_secret_ref)
+
+
+class ChatPolicy(models.Model):
+    """The policy layer for one (bot, chat) pair: the most specific layer."""
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="chat_policies")
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="chat_policies")
+    policy = models.JSONField(_("feedback policy layer"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["bot", "chat"], name="chat_policy_unique")]
+        verbose_name = _("chat policy")
+        verbose_name_plural = _("chat policies")
+
+    def __str__(self) -> str:
+        return f"{self.bot.name} × {self.chat}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hashed tokens (bot API keys, desktop tokens)
+# ---------------------------------------------------------------------------------------------
+
+
+def _hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+class HashedTokenQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class HashedToken(models.Model):
+    """A bearer token shown once and stored as SHA-256.
+
+    Format: `<PREFIX_TAG>_<lookup>_<secret>`; `lookup` (8 chars) is stored in clear to find the
+    row, the whole string is compared by hash with `hmac.compare_digest`.
+    """
+
+    PREFIX_TAG: ClassVar[str] = "tok"
+
+    label = models.CharField(_("label"), max_length=100, blank=True)
+    lookup = models.CharField(_("key prefix"), max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True, editable=False)
+
+    objects = HashedTokenQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def new_raw(cls) -> tuple[str, str]:
+        """Return (raw token, lookup). The raw value is shown to the user once."""
+        lookup = pysecrets.token_hex(4)
+        raw = f"{cls.PREFIX_TAG}_{lookup}_{pysecrets.token_urlsafe(32)}"
+        return raw, lookup
+
+    def set_raw(self, raw: str, lookup: str) -> None:
+        self.lookup = lookup
+        self.token_hash = _hash_token(raw)
+
+    @classmethod
+    def find_active(cls, raw: str):
+        """The active row for `raw`, or None. Constant-time compare of the hash; never raises
+        on malformed input (wrong shape, non-ASCII)."""
+        if not isinstance(raw, str) or raw.count("_") < 2:
+            return None
+        tag, lookup, _rest = raw.split("_", 2)
+        if tag != cls.PREFIX_TAG:
+            return None
+        row = cls.objects.active().filter(lookup=lookup).first()
+        if row is None:
+            return None
+        if not hmac.compare_digest(row.token_hash, _hash_token(raw)):
+            return None
+        return row
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def touch(self) -> None:
+        """Record use, at most once a minute per token (keeps the hot path write-free)."""
+        now = timezone.now()
+        if self.last_used_at is None or (now - self.last_used_at).total_seconds() > 60:
+            type(self).objects.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now
+
+
+class BotApiKey(HashedToken):
+    """API key of the bot backend (`Authorization: Bearer clk_…`). Shown once, stored hashed."""
+
+    PREFIX_TAG = "clk"
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="api_keys")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = _("bot API key")
+        verbose_name_plural = _("bot API keys")
+
+    def __str__(self) -> str:
+        return f"clk_{self.lookup}_… ({self.label or self.bot.name})"
+
+
+class DesktopToken(HashedToken):
+    """Token a desktop/web question panel uses to connect as one user (`open_id` of a bot)."""
+
+    PREFIX_TAG = "cdt"
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="desktop_tokens")
+    open_id = models.CharField(_("open_id"), max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["bot", "open_id"], name="desktop_token_user")]
+        verbose_name = _("desktop token")
+        verbose_name_plural = _("desktop tokens")
+
+    def __str__(self) -> str:
+        return f"cdt_{self.lookup}_… ({self.label or self.open_id})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Webhook destinations
+# ---------------------------------------------------------------------------------------------
+
+
+class WebhookDestination(models.Model):
+    """An outbound webhook target. The set that applies is frozen on each delivery at send time.
+
+    Assignment: a destination with no teams and no bots receives events of every bot; otherwise
+    events whose bot is one of `bots` or whose team is one of `teams`.
+    """
+
+    EVENT_TYPES: ClassVar[list[tuple[str, str]]] = [
+        ("turn.completed", "turn.completed"),
+        ("feedback.revised", "feedback.revised"),
+        ("interaction.resolved", "interaction.resolved"),
+    ]
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    url = models.URLField(_("URL"), max_length=2000)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    event_types = models.JSONField(_("event types"), default=list)
+    timeout_ms = models.PositiveIntegerField(
+        _("timeout (ms)"), default=10_000, help_text=_("100–30000 ms per attempt.")
+    )
+    include_comment = models.BooleanField(
+        _("include comment text"),
+        default=False,
+        help_text=_("Send feedback comment text in feedback.revised. Off by default."),
+    )
+    secret_ref = models.CharField(max_length=80, blank=True, editable=False)
+    previous_secret_ref = models.CharField(max_length=80, blank=True, editable=False)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    teams = models.ManyToManyField(Team, blank=True, related_name="webhook_destinations")
+    bots = models.ManyToManyField(Bot, blank=True, related_name="webhook_destinations")
+    disabled_reason = models.CharField(_("disabled reason"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("webhook destination")
+        verbose_name_plural = _("webhook destinations")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit
+# ---------------------------------------------------------------------------------------------
+
+
+class AuditEntry(models.Model):
+    """One change of a policy layer, key, token, secret or destination: who, when, what,
+    before → after. Secret values never appear: secrets are recorded as "set" / "not set"."""
+
+    created_at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("who"),
+    )
+    actor_repr = models.CharField(_("who (as recorded)"), max_length=150, blank=True)
+    action = models.CharField(_("action"), max_length=64, db_index=True)
+    target_type = models.CharField(_("object type"), max_length=64)
+    target_id = models.CharField(_("object id"), max_length=64)
+    target_repr = models.CharField(_("object"), max_length=200)
+    before = models.JSONField(_("before"), null=True, blank=True)
+    after = models.JSONField(_("after"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target")]
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit entries")
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_repr} {self.action} {self.target_repr}"
+        )

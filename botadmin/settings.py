@@ -1,0 +1,256 @@
+"""Cardloop settings, read from the environment (and an optional `.env`) with django-environ.
+
+Every variable is listed in the README's configuration table and in DESIGN §4. Infrastructure
+lives here; feedback policy lives in the database and is edited in the admin.
+
+Embedded default: SQLite in `var/` (WAL, busy timeout, immediate transactions) and the
+in-memory channel layer, so a fresh clone runs with nothing else installed. At scale:
+`DATABASE_URL=postgres://…` and `REDIS_URL=redis://…`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.utils.translation import gettext_lazy as _
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+VAR_DIR.mkdir(exist_ok=True)
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+# ---------------------------------------------------------------------------------------------
+# Core
+# ---------------------------------------------------------------------------------------------
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+
+#: Used only when DEBUG is on and no key is configured. The system check `cardloop.E001`
+#: refuses to run production (DEBUG off) with this value or with no key at all.
+DEV_SECRET_KEY = "django-insecure-cardloop-development-key-do-not-use-in-production"
+#: Stands in when DEBUG is off and no key is set, so the check can say so clearly.
+MISSING_SECRET_KEY = "cardloop-missing-secret-key"
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or (
+    DEV_SECRET_KEY if DEBUG else MISSING_SECRET_KEY
+)
+
+ALLOWED_HOSTS = env.list(
+    "DJANGO_ALLOWED_HOSTS",
+    default=["127.0.0.1", "localhost", "[::1]", "testserver"] if DEBUG else [],
+)
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "botadmin.apps.BotadminConfig",
+    "interactions.apps.InteractionsConfig",
+    "feedback.apps.FeedbackConfig",
+    "analytics.apps.AnalyticsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "botadmin.urls"
+ASGI_APPLICATION = "botadmin.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ---------------------------------------------------------------------------------------------
+# Database: SQLite (WAL, busy timeout, BEGIN IMMEDIATE) by default, PostgreSQL via DATABASE_URL.
+# ---------------------------------------------------------------------------------------------
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'cardloop.sqlite3'}")
+}
+_db = DATABASES["default"]
+IS_SQLITE = _db["ENGINE"] == "django.db.backends.sqlite3"
+if IS_SQLITE:
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            # Writers wait for each other instead of failing with "database is locked", and a
+            # transaction takes the write lock at BEGIN, so read-then-write never deadlocks.
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": (
+                "PRAGMA journal_mode=WAL;"
+                "PRAGMA synchronous=NORMAL;"
+                "PRAGMA foreign_keys=ON;"
+                "PRAGMA busy_timeout=20000;"
+            ),
+        }
+    )
+    # Tests use a file (not :memory:) so several threads and processes see the same data.
+    _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_cardloop.sqlite3")
+else:
+    _db.setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+    _db.setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# ---------------------------------------------------------------------------------------------
+# Channels: in-memory layer in one process, Redis (channels-redis) when REDIS_URL is set.
+# ---------------------------------------------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": env.str("CARDLOOP_CHANNEL_PREFIX", default="cardloop"),
+                "capacity": 1000,
+                "expiry": 60,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# ---------------------------------------------------------------------------------------------
+# Auth, i18n, static files
+# ---------------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "admin:login"
+
+LANGUAGE_CODE = "zh-hans"
+LANGUAGES = [("zh-hans", _("Simplified Chinese")), ("en", _("English"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if not DEBUG
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+# Serve straight from the finders when nothing was collected (fresh clone, tests).
+WHITENOISE_USE_FINDERS = env.bool("CARDLOOP_STATIC_FROM_FINDERS", default=True)
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# ---------------------------------------------------------------------------------------------
+# Production hardening (checked by `manage.py check --deploy` in CI)
+# ---------------------------------------------------------------------------------------------
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SILENCED_SYSTEM_CHECKS = env.list(
+    "DJANGO_SILENCED_SYSTEM_CHECKS",
+    # TLS is terminated by the load balancer in the documented deployment.
+    default=["security.W004", "security.W008"],
+)
+
+# ---------------------------------------------------------------------------------------------
+# REST framework and OpenAPI
+# ---------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "botadmin.auth.BotApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "botadmin.api.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cardloop API",
+    "DESCRIPTION": "Feedback, questions and approvals between a Feishu/Lark bot and its people.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# ---------------------------------------------------------------------------------------------
+# Cardloop
+# ---------------------------------------------------------------------------------------------
+CARDLOOP_SECRET_DIR = Path(env.str("CARDLOOP_SECRET_DIR", default=str(VAR_DIR / "secrets")))
+CARDLOOP_REPORT_TZ = env.str("CARDLOOP_REPORT_TZ", default="Asia/Shanghai")
+#: None = decide per bot (dry run when the bot has no app secret); True/False force it.
+CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
+#: Tests only: point every lark-oapi client at a loopback stub (`http://127.0.0.1:<port>`).
+CARDLOOP_LARK_DOMAIN = env.str("CARDLOOP_LARK_DOMAIN", default="")
+#: Tests only: allow webhook targets on loopback / private addresses (nothing else is lifted).
+CARDLOOP_WEBHOOK_ALLOW_PRIVATE = env.bool("CARDLOOP_WEBHOOK_ALLOW_PRIVATE", default=False)
+#: Seconds a Feishu callback handler may run before it is answered with an info toast.
+CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.5)
+#: Default expiry of approvals / quick replies (seconds).
+CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
+#: Default timeout of ask_user_questions (seconds).
+CARDLOOP_ASK_TIMEOUT = env.int("CARDLOOP_ASK_TIMEOUT", default=15 * 60)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("CARDLOOP_LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "django.channels.server": {"level": "WARNING"},
+        "Lark": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,16 @@
+"""Settings for the test suite: the real settings, with a test secret key and fast hashing.
+
+Everything else (database, channel layer) still comes from the environment, so the same suite
+runs on SQLite + in-memory layer and on PostgreSQL + Redis (see `.ci/run`).
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-" + "k3y" * 20)
+os.environ.setdefault("CARDLOOP_SECRET_DIR", tempfile.mkdtemp(prefix="cardloop-test-secrets-"))
+
+from botadmin.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405

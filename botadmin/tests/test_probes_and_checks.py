@@ -1,0 +1,77 @@
+"""Health probes and configuration checks."""
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+
+
+def test_healthz_answers_json_ok(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+def test_readyz_reports_database_and_channel_layer(client):
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["status"] == "ok"
+    assert body["checks"]["database"]["ok"] is True
+    assert body["checks"]["channel_layer"]["ok"] is True
+
+
+@pytest.mark.django_db
+def test_readyz_is_503_when_the_channel_layer_is_unreachable(client):
+    layers = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]},
+        }
+    }
+    from channels.layers import channel_layers
+
+    with override_settings(CHANNEL_LAYERS=layers):
+        channel_layers.backends.clear()
+        try:
+            response = client.get("/readyz")
+        finally:
+            channel_layers.backends.clear()
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["checks"]["channel_layer"]["ok"] is False
+    assert body["checks"]["database"]["ok"] is True
+
+
+def _ids():
+    return {m.id for m in run_checks()}
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["missing", "django-insecure-abc" + "x" * 60, "short", "a" * 60],
+)
+def test_production_refuses_a_missing_or_weak_secret_key(key):
+    from django.conf import settings
+
+    key = settings.MISSING_SECRET_KEY if key == "missing" else key
+    with override_settings(DEBUG=False, SECRET_KEY=key):
+        assert "cardloop.E001" in _ids()
+
+
+def test_production_accepts_a_real_secret_key():
+    with override_settings(DEBUG=False, SECRET_KEY="Zq8-" + "v7Hk2LmN9pQrStUw" * 4):
+        assert "cardloop.E001" not in _ids()
+
+
+def test_debug_mode_allows_the_development_key():
+    from django.conf import settings
+
+    with override_settings(DEBUG=True, SECRET_KEY=settings.DEV_SECRET_KEY):
+        assert "cardloop.E001" not in _ids()
+
+
+def test_unknown_report_time_zone_is_an_error():
+    with override_settings(CARDLOOP_REPORT_TZ="Mars/Olympus"):
+        assert "cardloop.E002" in _ids()

@@ -1,0 +1,27 @@
+"""Root URL configuration. Each app contributes its own `urls.py`."""
+
+from django.contrib import admin
+from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from botadmin import views
+
+admin.site.site_header = _("Cardloop administration")
+admin.site.site_title = _("Cardloop")
+admin.site.index_title = _("Feedback policy, bots and delivery")
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("interactions.urls")),
+    path("", include("feedback.urls")),
+    path("", include("analytics.urls")),
+]
+
+handler404 = "botadmin.api.handler404"
+handler500 = "botadmin.api.handler500"

@@ -1,0 +1,22 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class FeedbackConfig(AppConfig):
+    """Deliveries, revisions, worker terminals, events, the outbox and webhooks.
+
+    Registers its card-action handlers in `interactions.registry` and its event sink in
+    `interactions.events` from `ready()`, so `interactions` never imports `feedback`.
+    """
+
+    name = "feedback"
+    verbose_name = _("Feedback")
+
+    def ready(self) -> None:
+        from feedback import events
+        from interactions import events as interaction_events
+
+        def sink(type_, event_id, data, *, bot=None, team=None, time=None):
+            return events.emit(type_, event_id, data, bot=bot, team=team, time=time)
+
+        interaction_events.register_sink(sink)

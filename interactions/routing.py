@@ -1,0 +1,3 @@
+"""WebSocket routes of the interactions app."""
+
+websocket_urlpatterns: list = []
