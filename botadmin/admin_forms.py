@@ -51,6 +51,18 @@ AUDIENCE_CHOICES = [
 class LayerJSONField(forms.JSONField):
     """JSON textarea that shows the layer indented, with Chinese text unescaped."""
 
+    def to_python(self, value):
+        try:
+            return super().to_python(value)
+        except RecursionError:  # absurdly deep JSON: a field error, not a 500
+            raise forms.ValidationError(gettext("JSON is nested too deeply."), code="invalid")
+
+    def bound_data(self, data, initial):
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)
+
     def prepare_value(self, value):
         if isinstance(value, forms.fields.InvalidJSONInput):
             return value

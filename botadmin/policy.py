@@ -515,7 +515,8 @@ class Resolution:
       `invalid_policy` turned feedback off.
     - `problems`: `(path, message)` pairs for stored layers that fail validation (path prefixed
       with the layer name, e.g. `chat.buttons`) and for an inconsistent merged policy.
-    - `layers`: layer name → the stored layer used (or None when there is none).
+    - `layers`: layer name → a copy of the stored layer merged (None when there is none or it
+      failed validation).
     - `team` / `teams`: set by `botadmin.services.effective_policy_for`: the chat's single team
       (None when it has none or several) and every team the chat is bound to.
     """
@@ -576,6 +577,7 @@ def resolve(
     sources = {path: "default" for path in FIELD_PATHS}
     problems: list[tuple[str, str]] = []
     layers = {"team": team, "bot": bot, "chat": chat}
+    used: dict[str, Any] = dict.fromkeys(LAYERS)
     for name in LAYERS:
         layer = layers[name]
         if layer is None:
@@ -585,6 +587,7 @@ def resolve(
         except PolicyError as exc:
             problems.extend((_join(name, p), m) for p, m in exc.errors)
             continue
+        used[name] = valid
         _overlay(policy, valid, name, sources)
 
     for button in policy["buttons"]:
@@ -613,7 +616,7 @@ def resolve(
         reason=reason,
         layer_enabled=layer_enabled,
         problems=tuple(problems),
-        layers={k: copy.deepcopy(v) for k, v in layers.items()},
+        layers=used,
     )
 
 
