@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +22,9 @@ from botadmin.policy import (
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text()
 any_json = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
     max_leaves=30,
 )
 
@@ -56,7 +57,8 @@ near_layer = st.fixed_dictionaries(
         | any_json,
         "allow_reselect": st.booleans(),
         "audience": st.sampled_from(AUDIENCES) | any_json,
-        "reviewers": st.lists(st.from_regex(r"ou_[a-z0-9]{1,4}", fullmatch=True), max_size=3) | any_json,
+        "reviewers": st.lists(st.from_regex(r"ou_[a-z0-9]{1,4}", fullmatch=True), max_size=3)
+        | any_json,
         "unknown": any_json,
     },
 )

@@ -90,7 +90,9 @@ def test_visible_semantics_array_replaces_whole():
 
 
 def test_reasons_replace_whole():
-    team = {"negative_followup": {"reasons": [{"key": "a", "label": "A"}, {"key": "b", "label": "B"}]}}
+    team = {
+        "negative_followup": {"reasons": [{"key": "a", "label": "A"}, {"key": "b", "label": "B"}]}
+    }
     chat = {"negative_followup": {"reasons": [{"key": "c", "label": "C"}]}}
     r = resolve(team, None, chat)
     assert r.policy["negative_followup"]["reasons"] == [{"key": "c", "label": "C"}]
@@ -178,7 +180,11 @@ def test_reviewers_from_one_layer_and_audience_from_another_combine():
 
 
 def test_resolution_policy_is_a_deep_copy_of_the_layers():
-    team = {"enabled": True, "visible_semantics": TWO_VISIBLE, "buttons": [dict(b) for b in TWO_BUTTONS]}
+    team = {
+        "enabled": True,
+        "visible_semantics": TWO_VISIBLE,
+        "buttons": [dict(b) for b in TWO_BUTTONS],
+    }
     r = resolve(team)
     r.policy["buttons"][0]["label"] = "mutated"
     assert team["buttons"][0]["label"] == "Yes"

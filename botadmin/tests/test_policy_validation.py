@@ -96,7 +96,10 @@ def test_error_string_is_path_style():
             {"negative_followup": {"reasons": [{"key": "a", "label": "A", "emoji": "x"}]}},
             "negative_followup.reasons[0].emoji",
         ),
-        ({"negative_followup": {"comment": {"maxLength": 10}}}, "negative_followup.comment.maxLength"),
+        (
+            {"negative_followup": {"comment": {"maxLength": 10}}},
+            "negative_followup.comment.maxLength",
+        ),
     ],
 )
 def test_unknown_fields_are_refused_at_every_level(layer, path):
@@ -107,7 +110,13 @@ def test_unknown_fields_are_refused_at_every_level(layer, path):
 
 
 @pytest.mark.parametrize(
-    "path", ["enabled", "allow_reselect", "negative_followup.comment.enabled", "negative_followup.comment.required"]
+    "path",
+    [
+        "enabled",
+        "allow_reselect",
+        "negative_followup.comment.enabled",
+        "negative_followup.comment.required",
+    ],
 )
 @pytest.mark.parametrize("value", [1, 0, "true", None, []])
 def test_flags_must_be_real_booleans(path, value):
@@ -172,7 +181,10 @@ def test_unknown_semantic_is_refused():
 
 
 def test_two_buttons_are_accepted():
-    layer = {"visible_semantics": ["positive", "negative"], "buttons": [button("y"), button("n", "negative")]}
+    layer = {
+        "visible_semantics": ["positive", "negative"],
+        "buttons": [button("y"), button("n", "negative")],
+    }
     assert validate_layer(layer) == layer
 
 
@@ -220,7 +232,9 @@ def test_button_label_of_1_to_24_characters_is_accepted(label):
 @pytest.mark.parametrize("label", ["", "y" * 25, "结" * 25, "   ", 5, None])
 def test_button_label_outside_1_to_24_characters_is_refused(label):
     layer = with_buttons([{**button("a"), "label": label}, THREE[1], THREE[2]])
-    assert ("buttons[0].label", "must be a non-blank string of 1 to 24 characters") in errors_of(layer)
+    assert ("buttons[0].label", "must be a non-blank string of 1 to 24 characters") in errors_of(
+        layer
+    )
 
 
 @pytest.mark.parametrize("style", ["primary", "default", "danger"])
@@ -230,13 +244,17 @@ def test_known_button_styles_are_accepted(style):
 
 @pytest.mark.parametrize("style", ["secondary", "", None])
 def test_unknown_button_style_is_refused(style):
-    assert paths_of(with_buttons([button("a", style=style), THREE[1], THREE[2]])) == {"buttons[0].style"}
+    assert paths_of(with_buttons([button("a", style=style), THREE[1], THREE[2]])) == {
+        "buttons[0].style"
+    }
 
 
 @pytest.mark.parametrize("missing", ["key", "label", "semantic"])
 def test_button_without_a_required_field_is_refused(missing):
     incomplete = {k: v for k, v in button("a").items() if k != missing}
-    assert (f"buttons[0].{missing}", "is required") in errors_of(with_buttons([incomplete, *THREE[1:]]))
+    assert (f"buttons[0].{missing}", "is required") in errors_of(
+        with_buttons([incomplete, *THREE[1:]])
+    )
 
 
 def test_button_that_is_not_an_object_is_refused():
@@ -277,7 +295,11 @@ def test_reason_label_outside_1_to_32_characters_is_refused(label):
 def test_reason_key_follows_the_key_rule_and_is_unique():
     layer = {
         "negative_followup": {
-            "reasons": [{"key": "Wrong", "label": "a"}, {"key": "ok", "label": "b"}, {"key": "ok", "label": "c"}]
+            "reasons": [
+                {"key": "Wrong", "label": "a"},
+                {"key": "ok", "label": "b"},
+                {"key": "ok", "label": "c"},
+            ]
         }
     }
     assert errors_of(layer) == [
@@ -301,7 +323,10 @@ def test_placeholder_of_1_to_100_characters_is_accepted(placeholder):
 @pytest.mark.parametrize("placeholder", ["", "p" * 101, " "])
 def test_placeholder_outside_1_to_100_characters_is_refused(placeholder):
     assert errors_of(comment(placeholder=placeholder)) == [
-        ("negative_followup.comment.placeholder", "must be a non-blank string of 1 to 100 characters")
+        (
+            "negative_followup.comment.placeholder",
+            "must be a non-blank string of 1 to 100 characters",
+        )
     ]
 
 
@@ -356,13 +381,17 @@ def test_reviewers_audience_without_reviewers_is_refused():
 
 
 def test_reviewers_without_the_reviewers_audience_are_refused():
-    assert errors_of({"reviewers": ids(1)}) == [("reviewers", "must be empty unless audience is reviewers")]
+    assert errors_of({"reviewers": ids(1)}) == [
+        ("reviewers", "must be empty unless audience is reviewers")
+    ]
     assert errors_of({"audience": "everyone", "reviewers": ids(1)}) == [
         ("reviewers", "must be empty unless audience is reviewers")
     ]
 
 
-@pytest.mark.parametrize("bad", ["on_123", "ou_", "user@example.com", "ou_a b", 5, "ou_" + "a" * 62])
+@pytest.mark.parametrize(
+    "bad", ["on_123", "ou_", "user@example.com", "ou_a b", 5, "ou_" + "a" * 62]
+)
 def test_reviewer_that_is_not_an_open_id_is_refused(bad):
     assert paths_of({"audience": "reviewers", "reviewers": [bad]}) == {"reviewers[0]"}
 
@@ -383,7 +412,9 @@ def test_visible_semantic_without_a_button_is_refused():
 
 def test_button_on_a_hidden_semantic_is_refused():
     layer = {"visible_semantics": ["positive", "negative"], "buttons": THREE}
-    assert errors_of(layer) == [("buttons[1].semantic", "button b uses the hidden semantic progress")]
+    assert errors_of(layer) == [
+        ("buttons[1].semantic", "button b uses the hidden semantic progress")
+    ]
 
 
 def test_hiding_a_semantic_without_replacing_the_default_buttons_is_refused():
@@ -404,7 +435,10 @@ def test_reasons_on_a_layer_without_the_negative_semantic_visible_are_refused():
 
 
 def test_hiding_negative_without_reasons_is_valid():
-    layer = {"visible_semantics": ["positive", "progress"], "buttons": [button("a"), button("b", "progress")]}
+    layer = {
+        "visible_semantics": ["positive", "progress"],
+        "buttons": [button("a"), button("b", "progress")],
+    }
     assert validate_layer(layer) == layer
 
 
@@ -418,7 +452,16 @@ def test_defaults_follow_the_reference_system():
     ]
     assert policy["negative_followup"] == {
         "reasons": [],
-        "comment": {"enabled": True, "required": False, "placeholder": "可以补充哪里需要改进", "max_length": 1000},
+        "comment": {
+            "enabled": True,
+            "required": False,
+            "placeholder": "可以补充哪里需要改进",
+            "max_length": 1000,
+        },
     }
-    assert (policy["allow_reselect"], policy["audience"], policy["reviewers"]) == (False, "requester", [])
+    assert (policy["allow_reselect"], policy["audience"], policy["reviewers"]) == (
+        False,
+        "requester",
+        [],
+    )
     assert validate_layer(policy) == policy  # a full policy is also a valid layer
