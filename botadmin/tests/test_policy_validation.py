@@ -465,3 +465,10 @@ def test_defaults_follow_the_reference_system():
         [],
     )
     assert validate_layer(policy) == policy  # a full policy is also a valid layer
+
+
+def test_messages_follow_the_active_language():
+    from django.utils import translation
+
+    with translation.override("zh-hans"):
+        assert errors_of({"colour": 1}) == [("colour", "未知字段")]
