@@ -26,6 +26,7 @@ from botadmin.admin_forms import (
     TeamForm,
     layer_summary,
     policy_fieldsets,
+    reason_label,
     render_preview,
 )
 from botadmin.models import (
@@ -237,8 +238,7 @@ class BotAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("feedback (no team, no chat policy)"))
     def default_feedback(self, obj):
-        resolution = resolve(None, obj.policy, None, api_only=obj.api_only)
-        return resolution.reason
+        return reason_label(resolve(None, obj.policy, None, api_only=obj.api_only).reason)
 
     @admin.display(description=_("active keys"), ordering="_active_keys")
     def active_keys(self, obj):
@@ -411,13 +411,14 @@ class ChatPolicyAdmin(admin.ModelAdmin):
     def effective_feedback(self, obj):
         teams = list(obj.chat.teams.all())
         team = teams[0] if len(teams) == 1 else None
-        return resolve(
+        resolution = resolve(
             team.policy if team else None,
             obj.bot.policy,
             obj.policy,
             api_only=obj.bot.api_only,
             ambiguous_team=len(teams) > 1,
-        ).reason
+        )
+        return reason_label(resolution.reason)
 
     @admin.display(description=_("effective policy"))
     def effective_policy_preview(self, obj):

@@ -535,6 +535,20 @@ SOURCE_LABELS = {
 }
 
 
+REASON_LABELS = {
+    pol.REASON_ENABLED: _("on"),
+    pol.REASON_DISABLED: _("off: disabled"),
+    pol.REASON_API_ONLY: _("off: API only"),
+    pol.REASON_AMBIGUOUS_TEAM: _("off: several teams"),
+    pol.REASON_INVALID_POLICY: _("off: invalid merge"),
+}
+
+
+def reason_label(reason: str) -> str:
+    """Short list-column text for a resolution reason."""
+    return str(REASON_LABELS.get(reason, reason))
+
+
 def explain_reason(resolution: pol.Resolution) -> str:
     """One sentence saying whether feedback is shown and, when not, why."""
     reason = resolution.reason

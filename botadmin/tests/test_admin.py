@@ -484,3 +484,25 @@ def test_admin_speaks_chinese_by_default(admin_client, bot):
     page = admin_client.get(change_url(bot)).content.decode()
     assert "有效策略预览" in page
     assert "继承" in page
+
+
+def test_new_bot_with_credentials_and_a_layer_is_created_through_the_add_page(staff, db):
+    data = get_form(staff, add_url(Bot))
+    data.update(name="Fresh", app_id="cli_fresh", domain="lark", app_secret=SECRET, pl_enabled="on")
+    response = staff.post(add_url(Bot), data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    bot = Bot.objects.get(app_id="cli_fresh")
+    assert bot.secret("app_secret") == SECRET and bot.policy == {"enabled": True}
+    assert [e.action for e in AuditEntry.objects.order_by("id")] == [
+        "bot.created",
+        "secret.set",
+        "policy.changed",
+    ]
+    assert SECRET not in staff.get(change_url(bot)).content.decode()
+
+
+def test_list_columns_say_whether_feedback_is_on(staff, chat_policy):
+    page = staff.get(reverse("admin:botadmin_chatpolicy_changelist")).content.decode()
+    assert '<td class="field-effective_feedback">on</td>' in page
+    page = staff.get(reverse("admin:botadmin_bot_changelist")).content.decode()
+    assert "off: disabled" in page
