@@ -69,6 +69,15 @@ class LayerJSONField(forms.JSONField):
         return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False)
 
 
+class LinesField(forms.CharField):
+    """Textarea text with browser line endings (CRLF) normalized, so an untouched textarea
+    never counts as changed."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n").replace("\r", "\n") if isinstance(value, str) else value
+
+
 def _tri(label, help_text) -> forms.ChoiceField:
     return forms.ChoiceField(label=label, choices=TRI_CHOICES, required=False, help_text=help_text)
 
@@ -142,7 +151,7 @@ def _layer_fields() -> dict[str, forms.Field]:
                 "when it is sent."
             ),
         ),
-        "pl_reviewers": forms.CharField(
+        "pl_reviewers": LinesField(
             label=_("Reviewers"),
             required=False,
             widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),

@@ -506,3 +506,17 @@ def test_list_columns_say_whether_feedback_is_on(staff, chat_policy):
     assert '<td class="field-effective_feedback">on</td>' in page
     page = staff.get(reverse("admin:botadmin_bot_changelist")).content.decode()
     assert "off: disabled" in page
+
+
+def test_browser_line_endings_in_reviewers_do_not_block_a_json_edit(staff, bot):
+    Bot.objects.filter(pk=bot.pk).update(
+        policy={"audience": "reviewers", "reviewers": ["ou_a", "ou_b"]}
+    )
+    data = get_form(staff, change_url(bot))
+    data["pl_reviewers"] = data["pl_reviewers"].replace("\n", "\r\n")  # as a browser posts it
+    data["pl_json"] = json.dumps(
+        {"audience": "reviewers", "reviewers": ["ou_a", "ou_b"], "enabled": True}
+    )
+    response = staff.post(change_url(bot), data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Bot.objects.get(pk=bot.pk).policy["enabled"] is True
