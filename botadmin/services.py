@@ -54,7 +54,7 @@ def effective_policy_for(bot: Bot, chat: Chat | str | None) -> Resolution:
     (`reason == "ambiguous_team"`); an `api_only` bot is always off. An unknown `chat_id` counts
     as a chat with no team and no chat policy. The returned `Resolution` carries `team` (the
     chat's single team, or None) and `teams` (all its teams). Freeze `resolution.policy` as the
-    delivery's snapshot. Runs 2 queries with a chat, none without; never raises for bad stored
+    delivery's snapshot. Runs 2 queries with a Chat (3 with a chat_id), none without; never raises for bad stored
     layers (they are listed in `resolution.problems` and fail closed).
     """
     if isinstance(chat, str):
