@@ -1,0 +1,596 @@
+"""Admin for ops staff: teams, bots, chats, chat policies, bot API keys and the audit log.
+
+Every save, delete and action goes through `botadmin.services` (one transaction, one audit
+entry per change). Policy layers are edited with `admin_forms.PolicyLayerModelForm` (structured
+fields + JSON); bot and chat-policy pages show the effective-policy preview. Webhook
+destinations and desktop tokens are registered by the apps that use them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from botadmin import services
+from botadmin.admin_forms import (
+    ApiKeyIssueForm,
+    BotForm,
+    ChatPolicyForm,
+    TeamForm,
+    layer_summary,
+    policy_fieldsets,
+    reason_label,
+    render_preview,
+)
+from botadmin.models import (
+    AuditEntry,
+    Bot,
+    BotApiKey,
+    Chat,
+    ChatPolicy,
+    Team,
+    TeamChat,
+    TeamMembership,
+)
+from botadmin.policy import resolve
+
+
+class ServiceSavedInlinesMixin:
+    """Routes team↔chat bindings and team memberships edited inline through the services."""
+
+    def save_formset(self, request, form, formset, change):
+        model = formset.model
+        if model not in (TeamChat, TeamMembership):
+            return super().save_formset(request, form, formset, change)
+        formset.save(commit=False)
+        for obj in formset.deleted_objects:
+            self._remove(request.user, obj)
+        for obj, _fields in formset.changed_objects:
+            self._remove(request.user, type(obj).objects.get(pk=obj.pk))
+            self._add(request.user, obj)
+        for obj in formset.new_objects:
+            self._add(request.user, obj)
+
+    @staticmethod
+    def _add(actor, obj):
+        if isinstance(obj, TeamChat):
+            services.bind_team_chat(actor, obj.team, obj.chat)
+        else:
+            services.add_team_member(actor, obj.team, obj.user)
+
+    @staticmethod
+    def _remove(actor, obj):
+        if isinstance(obj, TeamChat):
+            services.unbind_team_chat(actor, obj.team, obj.chat)
+        else:
+            services.remove_team_member(actor, obj.team, obj.user)
+
+
+class TeamChatInline(admin.TabularInline):
+    model = TeamChat
+    extra = 0
+    verbose_name = _("bound chat")
+    verbose_name_plural = _("bound chats (a chat bound to two teams gets no feedback)")
+    autocomplete_fields = ["chat"]
+
+
+class ChatTeamInline(admin.TabularInline):
+    model = TeamChat
+    extra = 0
+    verbose_name = _("team binding")
+    verbose_name_plural = _("teams (bind one; two or more teams turn feedback off here)")
+    autocomplete_fields = ["team"]
+
+
+class TeamMembershipInline(admin.TabularInline):
+    model = TeamMembership
+    extra = 0
+    verbose_name = _("member")
+    verbose_name_plural = _("members (managers who read this team's analytics)")
+    autocomplete_fields = ["user"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Team
+# ---------------------------------------------------------------------------------------------
+
+
+@admin.register(Team)
+class TeamAdmin(ServiceSavedInlinesMixin, admin.ModelAdmin):
+    form = TeamForm
+    list_display = ["name", "chat_count", "member_count", "policy_summary", "updated_at"]
+    search_fields = ["name", "description", "chats__chat_id", "chats__name"]
+    list_filter = ["updated_at"]
+    inlines = [TeamChatInline, TeamMembershipInline]
+    fieldsets = [(None, {"fields": ["name", "description"]}), *policy_fieldsets()]
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _chats=Count("chat_bindings", distinct=True),
+                _members=Count("memberships", distinct=True),
+            )
+        )
+
+    @admin.display(description=_("chats"), ordering="_chats")
+    def chat_count(self, obj):
+        return obj._chats
+
+    @admin.display(description=_("members"), ordering="_members")
+    def member_count(self, obj):
+        return obj._members
+
+    @admin.display(description=_("policy layer"))
+    def policy_summary(self, obj):
+        return layer_summary(obj.policy)
+
+    def save_model(self, request, obj, form, change):
+        services.save_team(request.user, obj)
+        services.set_policy_layer(request.user, obj, form.policy_layer)
+
+    def delete_model(self, request, obj):
+        services.delete_team(request.user, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            services.delete_team(request.user, obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bot
+# ---------------------------------------------------------------------------------------------
+
+
+class CredentialsFilter(admin.SimpleListFilter):
+    title = _("credentials")
+    parameter_name = "credentials"
+
+    def lookups(self, request, model_admin):
+        return [("yes", _("app secret set")), ("no", _("no app secret (dry run)"))]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.with_credentials()
+        if self.value() == "no":
+            return queryset.filter(app_secret_ref="")
+        return queryset
+
+
+@admin.register(Bot)
+class BotAdmin(admin.ModelAdmin):
+    form = BotForm
+    list_display = [
+        "name",
+        "app_id",
+        "domain",
+        "api_only",
+        "credentials",
+        "policy_summary",
+        "default_feedback",
+        "active_keys",
+    ]
+    list_filter = ["domain", "api_only", CredentialsFilter]
+    search_fields = ["name", "app_id"]
+    readonly_fields = ["effective_policy_preview", "api_keys_panel"]
+
+    def get_fieldsets(self, request, obj=None):
+        secrets = [
+            ("app_secret", "clear_app_secret"),
+            ("encrypt_key", "clear_encrypt_key"),
+            ("verification_token", "clear_verification_token"),
+        ]
+        fieldsets = [
+            (None, {"fields": ["name", "app_id", "domain", "api_only"]}),
+            (
+                _("Credentials (write-only)"),
+                {
+                    "fields": secrets,
+                    "description": _(
+                        "Stored in files readable only by Cardloop, never shown again. Without "
+                        "an app secret the bot runs in dry run (Feishu calls are logged, not made)."
+                    ),
+                },
+            ),
+        ]
+        if obj is not None:
+            fieldsets.append(
+                (
+                    _("Effective policy preview"),
+                    {
+                        "fields": ["effective_policy_preview"],
+                        "description": _(
+                            "What a chat of this bot gets when it has no team and no chat policy "
+                            "(saved values; save to refresh)."
+                        ),
+                    },
+                )
+            )
+            fieldsets.append((_("API keys"), {"fields": ["api_keys_panel"]}))
+        return [*fieldsets, *policy_fieldsets()]
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_active_keys=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True)))
+        )
+
+    @admin.display(description=_("credentials"))
+    def credentials(self, obj):
+        states = [
+            (gettext("set") if obj.has_secret(name) else gettext("not set"))
+            for name in Bot.SECRET_FIELDS
+        ]
+        return " / ".join(states)
+
+    @admin.display(description=_("policy layer"))
+    def policy_summary(self, obj):
+        return layer_summary(obj.policy)
+
+    @admin.display(description=_("feedback (no team, no chat policy)"))
+    def default_feedback(self, obj):
+        return reason_label(resolve(None, obj.policy, None, api_only=obj.api_only).reason)
+
+    @admin.display(description=_("active keys"), ordering="_active_keys")
+    def active_keys(self, obj):
+        return obj._active_keys
+
+    @admin.display(description=_("effective policy"))
+    def effective_policy_preview(self, obj):
+        if obj is None or obj.pk is None:
+            return "—"
+        return render_preview(services.effective_policy_for(obj, None))
+
+    @admin.display(description=_("API keys"))
+    def api_keys_panel(self, obj):
+        if obj is None or obj.pk is None:
+            return "—"
+        keys = obj.api_keys.active()
+        rows = format_html_join(
+            "",
+            '<li><a href="{}"><code>{}</code></a> {}</li>',
+            (
+                (
+                    reverse("admin:botadmin_botapikey_change", args=[k.pk]),
+                    services.key_prefix(k),
+                    k.label,
+                )
+                for k in keys
+            ),
+        )
+        add_url = reverse("admin:botadmin_botapikey_add") + f"?bot={obj.pk}"
+        return format_html(
+            '<ul>{}</ul><a class="addlink" href="{}">{}</a>',
+            rows or format_html("<li>{}</li>", gettext("No active key.")),
+            add_url,
+            gettext("Issue a new API key"),
+        )
+
+    def save_model(self, request, obj, form, change):
+        actor = request.user
+        services.save_bot(actor, obj)
+        for name in Bot.SECRET_FIELDS:
+            if form.cleaned_data.get(f"clear_{name}"):
+                services.clear_bot_secret(actor, obj, name)
+            elif form.cleaned_data.get(name):
+                services.set_bot_secret(actor, obj, name, form.cleaned_data[name])
+        services.set_policy_layer(actor, obj, form.policy_layer)
+
+    def delete_model(self, request, obj):
+        services.delete_bot(request.user, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            services.delete_bot(request.user, obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chat
+# ---------------------------------------------------------------------------------------------
+
+
+class TeamCountFilter(admin.SimpleListFilter):
+    title = _("team binding")
+    parameter_name = "bound"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("none", _("no team")),
+            ("one", _("one team")),
+            ("many", _("several teams (ambiguous, feedback off)")),
+        ]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        queryset = queryset.annotate(_n=Count("team_bindings", distinct=True))
+        return {
+            "none": queryset.filter(_n=0),
+            "one": queryset.filter(_n=1),
+            "many": queryset.filter(_n__gt=1),
+        }.get(value, queryset)
+
+
+@admin.register(Chat)
+class ChatAdmin(ServiceSavedInlinesMixin, admin.ModelAdmin):
+    list_display = ["chat_id", "name", "chat_type", "team_names", "chat_policy_count"]
+    list_filter = ["chat_type", TeamCountFilter, "teams"]
+    search_fields = ["chat_id", "name"]
+    fields = ["chat_id", "name", "chat_type"]
+    inlines = [ChatTeamInline]
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("teams")
+            .annotate(_policies=Count("chat_policies", distinct=True))
+        )
+
+    @admin.display(description=_("teams"))
+    def team_names(self, obj):
+        names = [t.name for t in obj.teams.all()]
+        return ", ".join(names) or "—"
+
+    @admin.display(description=_("chat policies"), ordering="_policies")
+    def chat_policy_count(self, obj):
+        return obj._policies
+
+    def save_model(self, request, obj, form, change):
+        services.save_chat(request.user, obj)
+
+    def delete_model(self, request, obj):
+        services.delete_chat(request.user, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            services.delete_chat(request.user, obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chat policy
+# ---------------------------------------------------------------------------------------------
+
+
+@admin.register(ChatPolicy)
+class ChatPolicyAdmin(admin.ModelAdmin):
+    form = ChatPolicyForm
+    list_display = ["__str__", "bot", "chat", "policy_summary", "effective_feedback", "updated_at"]
+    list_filter = ["bot", "chat__chat_type", "updated_at"]
+    search_fields = ["bot__name", "bot__app_id", "chat__chat_id", "chat__name"]
+    list_select_related = ["bot", "chat"]
+    autocomplete_fields = ["bot", "chat"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("chat__teams")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["bot", "chat", "effective_policy_preview"]
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = [
+            (
+                None,
+                {
+                    "fields": ["bot", "chat"],
+                    "description": _(
+                        "The most specific layer: applies to this bot in this chat only."
+                    ),
+                },
+            )
+        ]
+        if obj is not None:
+            fieldsets.append(
+                (
+                    _("Effective policy preview"),
+                    {
+                        "fields": ["effective_policy_preview"],
+                        "description": _("Saved values; save to refresh."),
+                    },
+                )
+            )
+        return [*fieldsets, *policy_fieldsets()]
+
+    @admin.display(description=_("policy layer"))
+    def policy_summary(self, obj):
+        return layer_summary(obj.policy)
+
+    @admin.display(description=_("feedback"))
+    def effective_feedback(self, obj):
+        teams = list(obj.chat.teams.all())
+        team = teams[0] if len(teams) == 1 else None
+        resolution = resolve(
+            team.policy if team else None,
+            obj.bot.policy,
+            obj.policy,
+            api_only=obj.bot.api_only,
+            ambiguous_team=len(teams) > 1,
+        )
+        return reason_label(resolution.reason)
+
+    @admin.display(description=_("effective policy"))
+    def effective_policy_preview(self, obj):
+        if obj is None or obj.pk is None:
+            return "—"
+        return render_preview(services.effective_policy_for(obj.bot, obj.chat))
+
+    def save_model(self, request, obj, form, change):
+        saved = services.set_chat_policy(request.user, obj.bot, obj.chat, form.policy_layer)
+        obj.pk = saved.pk
+        obj.policy = saved.policy
+        obj.created_at = saved.created_at
+        obj.updated_at = saved.updated_at
+        obj._state.adding = False
+
+    def delete_model(self, request, obj):
+        services.delete_chat_policy(request.user, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            services.delete_chat_policy(request.user, obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bot API keys
+# ---------------------------------------------------------------------------------------------
+
+
+class KeyStatusFilter(admin.SimpleListFilter):
+    title = _("status")
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return [("active", _("active")), ("revoked", _("revoked"))]
+
+    def queryset(self, request, queryset):
+        if self.value() == "active":
+            return queryset.filter(revoked_at__isnull=True)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+@admin.register(BotApiKey)
+class BotApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "bot", "label", "status", "created_at", "last_used_at", "created_by"]
+    list_filter = [KeyStatusFilter, "bot", "created_at"]
+    search_fields = ["label", "lookup", "bot__name", "bot__app_id"]
+    list_select_related = ["bot", "created_by"]
+    autocomplete_fields = ["bot"]
+    actions = ["revoke_selected"]
+    change_form_template = "admin/botadmin/botapikey/change_form.html"
+
+    def get_form(self, request, obj=None, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyIssueForm
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["bot", "label"]
+        return ["prefix", "bot", "label", "status", "created_at", "created_by", "last_used_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return self.get_fields(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the row stays for the audit trail
+
+    @admin.display(description=_("key"), ordering="lookup")
+    def prefix(self, obj):
+        return services.key_prefix(obj) if obj.lookup else "—"
+
+    @admin.display(description=_("status"), ordering="revoked_at")
+    def status(self, obj):
+        if obj.revoked_at is None:
+            return gettext("active")
+        return gettext("revoked")
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return  # every field is read-only after issue; revoking is its own action
+        raw, key = services.issue_api_key(request.user, obj.bot, obj.label)
+        for name in ("pk", "lookup", "token_hash", "created_at", "created_by_id"):
+            setattr(obj, name, getattr(key, name))
+        obj._state.adding = False
+        request._cardloop_issued_keys = [(raw, key)]
+
+    def response_add(self, request, obj, post_url_continue=None):
+        issued = getattr(request, "_cardloop_issued_keys", None)
+        if not issued:
+            return super().response_add(request, obj, post_url_continue)
+        return self._issued_page(request, issued)
+
+    def _issued_page(self, request, issued):
+        """The only page that ever shows a raw key; not cached by the browser."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": gettext("API key issued"),
+            "issued": [
+                {"raw": raw, "key": key, "prefix": services.key_prefix(key)} for raw, key in issued
+            ],
+            "changelist_url": reverse("admin:botadmin_botapikey_changelist"),
+        }
+        response = TemplateResponse(request, "admin/botadmin/botapikey/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def response_change(self, request, obj):
+        if "_revoke" in request.POST:
+            services.revoke_api_key(request.user, obj)
+            self.message_user(
+                request,
+                gettext("Key %(key)s revoked; it no longer authenticates.")
+                % {"key": services.key_prefix(obj)},
+                messages.SUCCESS,
+            )
+            return super().response_post_save_change(request, obj)
+        return super().response_change(request, obj)
+
+    @admin.action(description=_("Revoke selected keys"))
+    def revoke_selected(self, request, queryset):
+        count = 0
+        for key in queryset.filter(revoked_at__isnull=True):
+            services.revoke_api_key(request.user, key)
+            count += 1
+        self.message_user(
+            request,
+            ngettext("%(n)d key revoked.", "%(n)d keys revoked.", count) % {"n": count},
+            messages.SUCCESS,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit log (read-only)
+# ---------------------------------------------------------------------------------------------
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor_repr", "action", "target_type", "target_repr"]
+    list_filter = ["action", "target_type", "created_at"]
+    search_fields = ["actor_repr", "action", "target_repr", "target_id"]
+    date_hierarchy = "created_at"
+    fields = [
+        "created_at",
+        "actor_repr",
+        "action",
+        "target_type",
+        "target_id",
+        "target_repr",
+        "before_json",
+        "after_json",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description=_("before"))
+    def before_json(self, obj):
+        return format_html("<pre>{}</pre>", json.dumps(obj.before, ensure_ascii=False, indent=2))
+
+    @admin.display(description=_("after"))
+    def after_json(self, obj):
+        return format_html("<pre>{}</pre>", json.dumps(obj.after, ensure_ascii=False, indent=2))

@@ -1,0 +1,628 @@
+"""Feedback policy layers: schema, validation and the resolver. Pure functions, no ORM.
+
+A *layer* is a partial policy stored on a team, a bot or a (bot, chat) pair; it holds only the
+fields that layer sets (snake_case JSON, DESIGN §3):
+
+```
+{"enabled": bool,
+ "visible_semantics": ["positive", "progress", "negative"],      # 1–3 unique
+ "buttons": [{"key", "label", "semantic", "style"}],              # 2–4
+ "negative_followup": {"reasons": [{"key", "label"}],             # 0–6
+                       "comment": {"enabled", "required", "placeholder", "max_length"}},
+ "allow_reselect": bool,
+ "audience": "requester" | "reviewers" | "everyone",
+ "reviewers": ["ou_…", …]}                                        # ≤50, iff audience=reviewers
+```
+
+Rules and defaults come from the reference system (botmux `feedback-policy.ts` and
+`feedback-policy-resolver.ts`, see research/botmux.md §A.2–A.3) and DESIGN §3:
+
+- `validate_layer()` accepts arbitrary JSON and returns the layer unchanged (a deep copy) or
+  raises `PolicyError` with every problem as a `(path, message)` pair such as
+  `("buttons[2].key", "must match [a-z0-9_-]+")`. It never raises anything else. Layers are never
+  filled with defaults (a saved partial layer reloads partial). A layer that sets
+  `visible_semantics`, `buttons`, `negative_followup`, `audience` or `reviewers` must also be
+  consistent once merged onto the defaults (botmux quirk, kept on purpose).
+- `resolve()` merges defaults < team < bot < chat: arrays replace whole, the fields of
+  `negative_followup.comment` merge one by one, the last `enabled` wins, `api_only` means off, a
+  chat bound to two teams fails closed (`ambiguous_team`). It returns a `Resolution` with the
+  full normalized policy, the source layer of every field and the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.translation import gettext as _
+
+# ---------------------------------------------------------------------------------------------
+# Schema constants (DESIGN §3; botmux §A.2)
+# ---------------------------------------------------------------------------------------------
+
+SEMANTICS: tuple[str, ...] = ("positive", "progress", "negative")
+STYLES: tuple[str, ...] = ("primary", "default", "danger")
+AUDIENCES: tuple[str, ...] = ("requester", "reviewers", "everyone")
+
+#: Layer names in merge order (later wins); `default` is the built-in base.
+LAYERS: tuple[str, ...] = ("team", "bot", "chat")
+
+VISIBLE_SEMANTICS_MIN, VISIBLE_SEMANTICS_MAX = 1, 3
+BUTTONS_MIN, BUTTONS_MAX = 2, 4
+BUTTON_LABEL_MAX = 24
+REASONS_MAX = 6
+REASON_LABEL_MAX = 32
+PLACEHOLDER_MAX = 100
+COMMENT_MAX_LENGTH_MIN, COMMENT_MAX_LENGTH_MAX = 1, 2000
+REVIEWERS_MAX = 50
+#: Our own bound (not in the reference): keys travel in every callback value.
+KEY_MAX = 64
+#: `open_id`s are `ou_…`; 64 characters is the width of every open_id column.
+OPEN_ID_MAX = 64
+
+KEY_RE = re.compile(r"[a-z0-9_-]+")
+OPEN_ID_RE = re.compile(r"ou_[A-Za-z0-9_-]+")
+
+LAYER_FIELDS = frozenset(
+    {
+        "enabled",
+        "visible_semantics",
+        "buttons",
+        "negative_followup",
+        "allow_reselect",
+        "audience",
+        "reviewers",
+    }
+)
+BUTTON_FIELDS = frozenset({"key", "label", "semantic", "style"})
+FOLLOWUP_FIELDS = frozenset({"reasons", "comment"})
+REASON_FIELDS = frozenset({"key", "label"})
+COMMENT_FIELDS = frozenset({"enabled", "required", "placeholder", "max_length"})
+
+#: Every field path of an effective policy, in display order; `Resolution.sources` has them all.
+FIELD_PATHS: tuple[str, ...] = (
+    "enabled",
+    "visible_semantics",
+    "buttons",
+    "negative_followup.reasons",
+    "negative_followup.comment.enabled",
+    "negative_followup.comment.required",
+    "negative_followup.comment.placeholder",
+    "negative_followup.comment.max_length",
+    "allow_reselect",
+    "audience",
+    "reviewers",
+)
+
+DEFAULT_COMMENT_PLACEHOLDER = "可以补充哪里需要改进"
+
+_DEFAULT_POLICY: dict[str, Any] = {
+    "enabled": False,
+    "visible_semantics": ["positive", "progress", "negative"],
+    "buttons": [
+        {
+            "key": "conclusive_usable",
+            "label": "结论可用",
+            "semantic": "positive",
+            "style": "primary",
+        },
+        {
+            "key": "effective_progress",
+            "label": "有效推进",
+            "semantic": "progress",
+            "style": "default",
+        },
+        {"key": "incorrect", "label": "结论有误", "semantic": "negative", "style": "danger"},
+    ],
+    "negative_followup": {
+        "reasons": [],
+        "comment": {
+            "enabled": True,
+            "required": False,
+            "placeholder": DEFAULT_COMMENT_PLACEHOLDER,
+            "max_length": 1000,
+        },
+    },
+    "allow_reselect": False,
+    "audience": "requester",
+    "reviewers": [],
+}
+
+
+def default_policy() -> dict[str, Any]:
+    """A fresh deep copy of the built-in policy (feedback off; botmux defaults)."""
+    return copy.deepcopy(_DEFAULT_POLICY)
+
+
+def default_style(semantic: str) -> str:
+    """The style of a button that sets none: `primary` for positive, else `default` (botmux)."""
+    return "primary" if semantic == "positive" else "default"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+class PolicyError(ValueError):
+    """A layer (or a merged policy) breaks the schema.
+
+    `errors` is a list of `(path, message)` pairs; `path` is dotted with list indexes
+    (`buttons[2].key`, `negative_followup.comment.max_length`) or "" for the layer itself.
+    Messages are translated in the language active when validation ran.
+    """
+
+    def __init__(self, errors: Iterable[tuple[str, str]]):
+        self.errors: list[tuple[str, str]] = [(p, str(m)) for p, m in errors]
+        super().__init__("; ".join(_format(p, m) for p, m in self.errors))
+
+    def as_dict(self) -> dict[str, list[str]]:
+        """`{path: [message, …]}` in first-seen order (the API's `detail` shape)."""
+        out: dict[str, list[str]] = {}
+        for path, message in self.errors:
+            out.setdefault(path, []).append(message)
+        return out
+
+    def messages(self) -> list[str]:
+        """`["buttons[2].key: must match [a-z0-9_-]+", …]`."""
+        return [_format(p, m) for p, m in self.errors]
+
+
+def _format(path: str, message: str) -> str:
+    return f"{path}: {message}" if path else message
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+
+class _Checker:
+    """Collects `(path, message)` pairs while walking one layer."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.errors.append((path, message))
+
+    # -- primitives -------------------------------------------------------------------------
+
+    def object(self, value: Any, path: str, allowed: frozenset[str]) -> bool:
+        if not isinstance(value, Mapping):
+            self.add(path, _("must be an object"))
+            return False
+        for name in value:
+            if not isinstance(name, str):
+                self.add(
+                    path, _("field names must be strings, got %(name)s") % {"name": _describe(name)}
+                )
+            elif name not in allowed:
+                self.add(_join(path, name), _("unknown field"))
+        return True
+
+    def boolean(self, value: Any, path: str) -> None:
+        if not isinstance(value, bool):
+            self.add(path, _("must be true or false"))
+
+    def text(self, value: Any, path: str, max_len: int) -> None:
+        if not isinstance(value, str) or not (1 <= len(value) <= max_len) or not value.strip():
+            self.add(
+                path,
+                _("must be a non-blank string of 1 to %(max)d characters") % {"max": max_len},
+            )
+
+    def key(self, value: Any, path: str, seen: set[str]) -> None:
+        if not isinstance(value, str) or not KEY_RE.fullmatch(value):
+            self.add(path, _("must match [a-z0-9_-]+"))
+        elif len(value) > KEY_MAX:
+            self.add(path, _("must be at most %(max)d characters") % {"max": KEY_MAX})
+        elif value in seen:
+            self.add(path, _("duplicate key %(key)s") % {"key": value})
+        else:
+            seen.add(value)
+
+    def choice(self, value: Any, path: str, choices: tuple[str, ...]) -> None:
+        if not isinstance(value, str) or value not in choices:
+            self.add(path, _("must be one of %(choices)s") % {"choices": ", ".join(choices)})
+
+    def array(self, value: Any, path: str, lo: int, hi: int, what: str) -> bool:
+        if not isinstance(value, list):
+            self.add(
+                path,
+                _("must be a list of %(lo)d to %(hi)d %(what)s")
+                % {"lo": lo, "hi": hi, "what": what},
+            )
+            return False
+        if not lo <= len(value) <= hi:
+            self.add(
+                path,
+                _("must have %(lo)d to %(hi)d %(what)s, got %(n)d")
+                % {"lo": lo, "hi": hi, "what": what, "n": len(value)},
+            )
+        return True
+
+    # -- parts of a layer --------------------------------------------------------------------
+
+    def visible_semantics(self, value: Any) -> None:
+        path = "visible_semantics"
+        if not self.array(
+            value, path, VISIBLE_SEMANTICS_MIN, VISIBLE_SEMANTICS_MAX, _("semantics")
+        ):
+            return
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            item_path = f"{path}[{i}]"
+            if not isinstance(item, str) or item not in SEMANTICS:
+                self.choice(item, item_path, SEMANTICS)
+            elif item in seen:
+                self.add(item_path, _("duplicate semantic %(semantic)s") % {"semantic": item})
+            else:
+                seen.add(item)
+
+    def buttons(self, value: Any) -> None:
+        path = "buttons"
+        if not self.array(value, path, BUTTONS_MIN, BUTTONS_MAX, _("buttons")):
+            return
+        seen: set[str] = set()
+        for i, button in enumerate(value):
+            bpath = f"{path}[{i}]"
+            if not self.object(button, bpath, BUTTON_FIELDS):
+                continue
+            for required in ("key", "label", "semantic"):
+                if required not in button:
+                    self.add(_join(bpath, required), _("is required"))
+            if "key" in button:
+                self.key(button["key"], f"{bpath}.key", seen)
+            if "label" in button:
+                self.text(button["label"], f"{bpath}.label", BUTTON_LABEL_MAX)
+            if "semantic" in button:
+                self.choice(button["semantic"], f"{bpath}.semantic", SEMANTICS)
+            if "style" in button:
+                self.choice(button["style"], f"{bpath}.style", STYLES)
+
+    def negative_followup(self, value: Any) -> None:
+        path = "negative_followup"
+        if not self.object(value, path, FOLLOWUP_FIELDS):
+            return
+        if "reasons" in value:
+            rpath = f"{path}.reasons"
+            reasons = value["reasons"]
+            if self.array(reasons, rpath, 0, REASONS_MAX, _("reasons")):
+                seen: set[str] = set()
+                for i, reason in enumerate(reasons):
+                    ipath = f"{rpath}[{i}]"
+                    if not self.object(reason, ipath, REASON_FIELDS):
+                        continue
+                    for required in ("key", "label"):
+                        if required not in reason:
+                            self.add(_join(ipath, required), _("is required"))
+                    if "key" in reason:
+                        self.key(reason["key"], f"{ipath}.key", seen)
+                    if "label" in reason:
+                        self.text(reason["label"], f"{ipath}.label", REASON_LABEL_MAX)
+        if "comment" in value:
+            cpath = f"{path}.comment"
+            comment = value["comment"]
+            if self.object(comment, cpath, COMMENT_FIELDS):
+                for flag in ("enabled", "required"):
+                    if flag in comment:
+                        self.boolean(comment[flag], f"{cpath}.{flag}")
+                if "placeholder" in comment:
+                    self.text(comment["placeholder"], f"{cpath}.placeholder", PLACEHOLDER_MAX)
+                if "max_length" in comment:
+                    n = comment["max_length"]
+                    if (
+                        isinstance(n, bool)
+                        or not isinstance(n, int)
+                        or not COMMENT_MAX_LENGTH_MIN <= n <= COMMENT_MAX_LENGTH_MAX
+                    ):
+                        self.add(
+                            f"{cpath}.max_length",
+                            _("must be an integer from %(lo)d to %(hi)d")
+                            % {"lo": COMMENT_MAX_LENGTH_MIN, "hi": COMMENT_MAX_LENGTH_MAX},
+                        )
+
+    def reviewers(self, value: Any) -> None:
+        path = "reviewers"
+        if not self.array(value, path, 0, REVIEWERS_MAX, _("open_ids")):
+            return
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            ipath = f"{path}[{i}]"
+            if (
+                not isinstance(item, str)
+                or len(item) > OPEN_ID_MAX
+                or not OPEN_ID_RE.fullmatch(item)
+            ):
+                self.add(
+                    ipath,
+                    _("must be an open_id (ou_…, at most %(max)d characters)")
+                    % {"max": OPEN_ID_MAX},
+                )
+            elif item in seen:
+                self.add(ipath, _("duplicate open_id"))
+            else:
+                seen.add(item)
+
+
+def _check_shape(layer: Any) -> list[tuple[str, str]]:
+    """Schema errors of one layer on its own (types, limits, unknown fields)."""
+    c = _Checker()
+    if not c.object(layer, "", LAYER_FIELDS):
+        return c.errors
+    if "enabled" in layer:
+        c.boolean(layer["enabled"], "enabled")
+    if "visible_semantics" in layer:
+        c.visible_semantics(layer["visible_semantics"])
+    if "buttons" in layer:
+        c.buttons(layer["buttons"])
+    if "negative_followup" in layer:
+        c.negative_followup(layer["negative_followup"])
+    if "allow_reselect" in layer:
+        c.boolean(layer["allow_reselect"], "allow_reselect")
+    if "audience" in layer:
+        c.choice(layer["audience"], "audience", AUDIENCES)
+    if "reviewers" in layer:
+        c.reviewers(layer["reviewers"])
+    return c.errors
+
+
+def check_consistency(
+    policy: Mapping[str, Any], layer: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """Cross-field problems of a *full* policy (defaults already merged in).
+
+    Rules (botmux §A.2, DESIGN §3): each visible semantic has ≥1 button; no button uses a hidden
+    semantic; reasons only when negative is visible; a required comment must be enabled;
+    `audience` `reviewers` needs ≥1 reviewer and a reviewer list needs that audience.
+
+    With `layer` given (the partial layer being validated), only the rules that layer touches are
+    checked, and each problem is reported at the path the layer set; without it every rule is
+    checked (used on the effective policy). Returns `[(path, message), …]`; never raises for a
+    policy that passed the shape checks.
+    """
+    sets = (
+        (lambda *names: True) if layer is None else (lambda *names: any(n in layer for n in names))
+    )
+    followup = layer.get("negative_followup", {}) if layer is not None else {}
+    followup = followup if isinstance(followup, Mapping) else {}
+    errors: list[tuple[str, str]] = []
+    visible = list(policy["visible_semantics"])
+    buttons = policy["buttons"]
+
+    if sets("visible_semantics", "buttons"):
+        for semantic in SEMANTICS:
+            if semantic in visible and not any(b["semantic"] == semantic for b in buttons):
+                where = "buttons" if layer is None or "buttons" in layer else "visible_semantics"
+                errors.append(
+                    (
+                        where,
+                        _("semantic %(semantic)s is visible but has no button")
+                        % {"semantic": semantic},
+                    )
+                )
+        for i, button in enumerate(buttons):
+            if button["semantic"] not in visible:
+                where = (
+                    f"buttons[{i}].semantic"
+                    if layer is None or "buttons" in layer
+                    else "visible_semantics"
+                )
+                errors.append(
+                    (
+                        where,
+                        _("button %(key)s uses the hidden semantic %(semantic)s")
+                        % {"key": button["key"], "semantic": button["semantic"]},
+                    )
+                )
+    if (
+        (layer is None or "visible_semantics" in layer or "reasons" in followup)
+        and policy["negative_followup"]["reasons"]
+        and "negative" not in visible
+    ):
+        where = (
+            "negative_followup.reasons"
+            if layer is None or "reasons" in followup
+            else "visible_semantics"
+        )
+        errors.append((where, _("reasons need the negative semantic to be visible")))
+    comment = policy["negative_followup"]["comment"]
+    if (layer is None or "comment" in followup) and comment["required"] and not comment["enabled"]:
+        errors.append(
+            (
+                "negative_followup.comment.required",
+                _("cannot be true while the comment is disabled"),
+            )
+        )
+    if sets("audience", "reviewers"):
+        if policy["audience"] == "reviewers" and not policy["reviewers"]:
+            errors.append(
+                ("reviewers", _("must list at least one open_id when audience is reviewers"))
+            )
+        if layer is not None and policy["audience"] != "reviewers" and policy["reviewers"]:
+            errors.append(("reviewers", _("must be empty unless audience is reviewers")))
+    return errors
+
+
+def validate_layer(layer: Any) -> dict[str, Any]:
+    """Validate one partial layer and return a deep copy of it, unchanged (never defaulted).
+
+    Accepts any value (decoded JSON). Raises `PolicyError` listing every problem; never raises
+    another exception. `{}` is valid (inherit everything).
+    """
+    try:
+        errors = _check_shape(layer)
+        if not errors:
+            errors = check_consistency(_overlay(default_policy(), layer)[0], layer)
+    except RecursionError:  # absurdly deep input from a hand-written JSON body
+        errors = [("", _("is nested too deeply"))]
+    if errors:
+        raise PolicyError(errors)
+    return copy.deepcopy(dict(layer))
+
+
+def is_valid_layer(layer: Any) -> bool:
+    """True when `validate_layer(layer)` would succeed."""
+    try:
+        validate_layer(layer)
+    except PolicyError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolver
+# ---------------------------------------------------------------------------------------------
+
+REASON_ENABLED = "enabled"
+REASON_DISABLED = "disabled"
+REASON_API_ONLY = "api_only"
+REASON_AMBIGUOUS_TEAM = "ambiguous_team"
+#: Cardloop addition to the reference's four reasons: every layer is valid on its own but the
+#: merged policy is not (e.g. the team hides a semantic a chat's buttons use). Fails closed.
+REASON_INVALID_POLICY = "invalid_policy"
+REASONS: tuple[str, ...] = (
+    REASON_ENABLED,
+    REASON_DISABLED,
+    REASON_API_ONLY,
+    REASON_AMBIGUOUS_TEAM,
+    REASON_INVALID_POLICY,
+)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The effective policy for one (bot, chat) and how it came about.
+
+    - `policy`: the full normalized policy (every field; buttons carry a style). `policy["enabled"]`
+      equals `enabled`, so the dict can be frozen as a delivery's policy snapshot as it is.
+    - `sources`: every path of `FIELD_PATHS` → `"default" | "team" | "bot" | "chat"`.
+    - `reason`: `enabled | disabled | api_only | ambiguous_team | invalid_policy`.
+    - `layer_enabled`: the merged `enabled` value before `api_only` / `ambiguous_team` /
+      `invalid_policy` turned feedback off.
+    - `problems`: `(path, message)` pairs for stored layers that fail validation (path prefixed
+      with the layer name, e.g. `chat.buttons`) and for an inconsistent merged policy.
+    - `layers`: layer name → a copy of the stored layer merged (None when there is none or it
+      failed validation).
+    - `team` / `teams`: set by `botadmin.services.effective_policy_for`: the chat's single team
+      (None when it has none or several) and every team the chat is bound to.
+    """
+
+    policy: dict[str, Any]
+    sources: dict[str, str]
+    reason: str
+    layer_enabled: bool = False
+    problems: tuple[tuple[str, str], ...] = ()
+    layers: dict[str, Any] = field(default_factory=dict)
+    team: Any = None
+    teams: tuple[Any, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        """True when feedback buttons are shown."""
+        return self.reason == REASON_ENABLED
+
+
+def _overlay(
+    policy: dict[str, Any],
+    layer: Mapping[str, Any],
+    name: str = "layer",
+    sources: dict | None = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Apply one shape-valid layer onto a full policy in place; record sources."""
+    sources = sources if sources is not None else {}
+    for key, value in layer.items():
+        if key == "negative_followup":
+            if "reasons" in value:
+                policy[key]["reasons"] = copy.deepcopy(value["reasons"])
+                sources["negative_followup.reasons"] = name
+            for ckey, cvalue in value.get("comment", {}).items():
+                policy[key]["comment"][ckey] = cvalue
+                sources[f"negative_followup.comment.{ckey}"] = name
+        else:
+            policy[key] = copy.deepcopy(value)
+            sources[key] = name
+    return policy, sources
+
+
+def resolve(
+    team: Any = None,
+    bot: Any = None,
+    chat: Any = None,
+    *,
+    api_only: bool = False,
+    ambiguous_team: bool = False,
+) -> Resolution:
+    """Merge built-in defaults < `team` < `bot` < `chat` (each a stored layer or None).
+
+    `api_only=True` (the bot's flag) or `ambiguous_team=True` (the chat is bound to several
+    teams; pass `team=None`) turn feedback off whatever the layers say. A stored layer that fails
+    validation is skipped and listed in `problems`; a merged policy that breaks a cross-field
+    rule is off with reason `invalid_policy`. Never raises for any layer value.
+    """
+    policy = default_policy()
+    sources = {path: "default" for path in FIELD_PATHS}
+    problems: list[tuple[str, str]] = []
+    layers = {"team": team, "bot": bot, "chat": chat}
+    used: dict[str, Any] = dict.fromkeys(LAYERS)
+    for name in LAYERS:
+        layer = layers[name]
+        if layer is None:
+            continue
+        try:
+            valid = validate_layer(layer)
+        except PolicyError as exc:
+            problems.extend((_join(name, p), m) for p, m in exc.errors)
+            continue
+        used[name] = valid
+        _overlay(policy, valid, name, sources)
+
+    for button in policy["buttons"]:
+        button.setdefault("style", default_style(button["semantic"]))
+    if policy["audience"] != "reviewers" and policy["reviewers"]:
+        # A later layer chose another audience: the inherited list no longer applies.
+        policy["reviewers"] = []
+        sources["reviewers"] = sources["audience"]
+    problems.extend(check_consistency(policy))
+
+    layer_enabled = policy["enabled"] is True
+    if api_only:
+        reason = REASON_API_ONLY
+    elif ambiguous_team:
+        reason = REASON_AMBIGUOUS_TEAM
+    elif not layer_enabled:
+        reason = REASON_DISABLED
+    elif problems:
+        reason = REASON_INVALID_POLICY
+    else:
+        reason = REASON_ENABLED
+    policy["enabled"] = reason == REASON_ENABLED
+    return Resolution(
+        policy=policy,
+        sources=sources,
+        reason=reason,
+        layer_enabled=layer_enabled,
+        problems=tuple(problems),
+        layers=used,
+    )
+
+
+def field_value(policy: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted `path` of `FIELD_PATHS` in a full policy."""
+    value: Any = policy
+    for part in path.split("."):
+        value = value[part]
+    return value

@@ -1,0 +1,398 @@
+"""State changes of botadmin, one function each, each in one transaction with its audit entry.
+
+Admin saves, admin actions and management commands call these functions; nothing else writes
+teams, bots, chats, bindings, policy layers, bot secrets or bot API keys. Every change writes an
+`AuditEntry` (who, when, what, before → after) in the same transaction; secrets appear in it only
+as "set" / "not set", API keys only by their public prefix. A call that changes nothing writes
+nothing (no row update, no audit entry).
+
+`actor` everywhere: a Django user, a string naming a system actor (e.g. `"seed_demo"`), or None.
+
+Also here: `effective_policy_for(bot, chat)`, the read helper every sender uses to resolve (and
+freeze) the feedback policy of a delivery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from botadmin import audit
+from botadmin.models import Bot, BotApiKey, Chat, ChatPolicy, Team, TeamChat, TeamMembership
+from botadmin.policy import PolicyError, Resolution, resolve, validate_layer
+from botadmin.secretstore import delete_secret, write_secret
+
+#: Plain fields whose changes are audited, per model (policy layers have their own actions).
+_TEAM_FIELDS = ("name", "description")
+_BOT_FIELDS = ("app_id", "name", "domain", "api_only")
+_CHAT_FIELDS = ("chat_id", "name", "chat_type")
+
+
+def _actor_user(actor: Any):
+    return (
+        actor if getattr(actor, "is_authenticated", False) and getattr(actor, "pk", None) else None
+    )
+
+
+def _values(obj, fields) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in fields}
+
+
+# ---------------------------------------------------------------------------------------------
+# Effective policy (read)
+# ---------------------------------------------------------------------------------------------
+
+
+def effective_policy_for(bot: Bot, chat: Chat | str | None) -> Resolution:
+    """The effective feedback policy of `bot` in `chat` (a Chat, a `chat_id`, or None).
+
+    Layers: built-in defaults < the chat's team < `bot.policy` (as held by the instance given)
+    < the `ChatPolicy` of (bot, chat). A chat bound to two or more teams fails closed
+    (`reason == "ambiguous_team"`); an `api_only` bot is always off. An unknown `chat_id` counts
+    as a chat with no team and no chat policy. The returned `Resolution` carries `team` (the
+    chat's single team, or None) and `teams` (all its teams). Freeze `resolution.policy` as the
+    delivery's snapshot. Runs 2 queries with a Chat (3 with a chat_id), none without; never raises for bad stored
+    layers (they are listed in `resolution.problems` and fail closed).
+    """
+    if isinstance(chat, str):
+        chat = Chat.objects.filter(chat_id=chat).first()
+    teams: list[Team] = list(chat.teams.order_by("name")) if chat is not None else []
+    chat_layer = None
+    if chat is not None:
+        chat_layer = (
+            ChatPolicy.objects.filter(bot=bot, chat=chat).values_list("policy", flat=True).first()
+        )
+    team = teams[0] if len(teams) == 1 else None
+    resolution = resolve(
+        team.policy if team is not None else None,
+        bot.policy,
+        chat_layer,
+        api_only=bot.api_only,
+        ambiguous_team=len(teams) > 1,
+    )
+    return dataclasses.replace(resolution, team=team, teams=tuple(teams))
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy layers
+# ---------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def set_policy_layer(
+    actor: Any, owner: Team | Bot | ChatPolicy, layer: Any
+) -> Team | Bot | ChatPolicy:
+    """Replace the stored policy layer of a team, a bot or a chat policy with `layer`.
+
+    The layer is validated (`botadmin.policy.validate_layer`) and stored exactly as given:
+    partial, never filled with defaults. Audit action `policy.changed` with
+    `{"policy": before}` → `{"policy": after}`. Raises `PolicyError`; nothing is written then.
+    Returns `owner` with its `policy` updated.
+    """
+    valid = validate_layer(layer)
+    locked = type(owner).objects.select_for_update().get(pk=owner.pk)
+    before = locked.policy
+    if before != valid:
+        locked.policy = valid
+        locked.save(update_fields=["policy", "updated_at"])
+        audit.record(actor, "policy.changed", locked, {"policy": before}, {"policy": valid})
+    owner.policy = valid
+    return owner
+
+
+@transaction.atomic
+def set_chat_policy(actor: Any, bot: Bot, chat: Chat, layer: Any) -> ChatPolicy:
+    """Create or replace the policy layer of the (bot, chat) pair.
+
+    Creating writes `policy.created` (`None` → `{"policy": layer}`); replacing behaves as
+    `set_policy_layer`. Raises `PolicyError` for an invalid layer (nothing written).
+    """
+    valid = validate_layer(layer)
+    existing = ChatPolicy.objects.select_for_update().filter(bot=bot, chat=chat).first()
+    if existing is None:
+        try:
+            with transaction.atomic():
+                created = ChatPolicy.objects.create(bot=bot, chat=chat, policy=valid)
+        except IntegrityError:  # created concurrently: update that row instead
+            existing = ChatPolicy.objects.select_for_update().get(bot=bot, chat=chat)
+        else:
+            audit.record(actor, "policy.created", created, None, {"policy": valid})
+            return created
+    return set_policy_layer(actor, existing, valid)
+
+
+@transaction.atomic
+def delete_chat_policy(actor: Any, chat_policy: ChatPolicy) -> None:
+    """Delete a (bot, chat) layer; the pair then inherits. Audit `policy.deleted`."""
+    locked = ChatPolicy.objects.select_for_update().filter(pk=chat_policy.pk).first()
+    if locked is None:
+        return
+    audit.record(actor, "policy.deleted", locked, {"policy": locked.policy}, None)
+    locked.delete()
+
+
+# ---------------------------------------------------------------------------------------------
+# Teams, bots, chats (plain fields)
+# ---------------------------------------------------------------------------------------------
+
+
+def _save_plain(actor: Any, obj, fields: tuple[str, ...], kind: str):
+    """Insert or update `obj`'s plain `fields`; audit `<kind>.created` / `<kind>.changed`."""
+    if obj.pk is None:
+        obj.save()
+        audit.record(actor, f"{kind}.created", obj, None, _values(obj, fields))
+        return obj
+    current = type(obj).objects.select_for_update().get(pk=obj.pk)
+    before = _values(current, fields)
+    after = _values(obj, fields)
+    changed = [name for name in fields if before[name] != after[name]]
+    if changed:
+        for name in changed:
+            setattr(current, name, after[name])
+        current.save(
+            update_fields=[*changed, "updated_at"] if hasattr(current, "updated_at") else changed
+        )
+        audit.record(
+            actor,
+            f"{kind}.changed",
+            current,
+            {n: before[n] for n in changed},
+            {n: after[n] for n in changed},
+        )
+    return obj
+
+
+@transaction.atomic
+def save_team(actor: Any, team: Team) -> Team:
+    """Create or update a team's name/description (its layer: `set_policy_layer`)."""
+    return _save_plain(actor, team, _TEAM_FIELDS, "team")
+
+
+@transaction.atomic
+def save_bot(actor: Any, bot: Bot) -> Bot:
+    """Create or update a bot's app_id, name, domain and `api_only` flag (audited; `api_only`
+    turns feedback off). Secrets: `set_bot_secret`; layer: `set_policy_layer`."""
+    return _save_plain(actor, bot, _BOT_FIELDS, "bot")
+
+
+@transaction.atomic
+def save_chat(actor: Any, chat: Chat) -> Chat:
+    """Create or update a chat's chat_id, name and type."""
+    return _save_plain(actor, chat, _CHAT_FIELDS, "chat")
+
+
+@transaction.atomic
+def delete_team(actor: Any, team: Team) -> None:
+    """Delete a team with its bindings and memberships (its chats fall back to no team)."""
+    before = {**_values(team, _TEAM_FIELDS), "policy": team.policy}
+    before["chats"] = sorted(team.chats.values_list("chat_id", flat=True))
+    audit.record(actor, "team.deleted", team, before, None)
+    team.delete()
+
+
+@transaction.atomic
+def delete_bot(actor: Any, bot: Bot) -> None:
+    """Delete a bot with its chat policies and keys; its secret files are removed on commit."""
+    before = {
+        **_values(bot, _BOT_FIELDS),
+        "policy": bot.policy,
+        **{name: audit.secret_state(getattr(bot, ref)) for name, ref in Bot.SECRET_FIELDS.items()},
+    }
+    refs = [getattr(bot, ref) for ref in Bot.SECRET_FIELDS.values() if getattr(bot, ref)]
+    audit.record(actor, "bot.deleted", bot, before, None)
+    bot.delete()
+    for ref in refs:
+        transaction.on_commit(lambda ref=ref: delete_secret(ref))
+
+
+@transaction.atomic
+def delete_chat(actor: Any, chat: Chat) -> None:
+    """Delete a chat with its team bindings and chat policies."""
+    before = {
+        **_values(chat, _CHAT_FIELDS),
+        "teams": sorted(chat.teams.values_list("name", flat=True)),
+    }
+    audit.record(actor, "chat.deleted", chat, before, None)
+    chat.delete()
+
+
+# ---------------------------------------------------------------------------------------------
+# Team ↔ chat bindings and team members
+# ---------------------------------------------------------------------------------------------
+
+
+def _team_names(chat: Chat) -> list[str]:
+    return sorted(chat.teams.values_list("name", flat=True))
+
+
+@transaction.atomic
+def bind_team_chat(actor: Any, team: Team, chat: Chat) -> TeamChat:
+    """Bind `chat` to `team` (no-op when bound). Audit `chat.bound` on the chat with its team
+    names before → after; a chat with two teams resolves to `ambiguous_team` (fails closed)."""
+    Chat.objects.select_for_update().filter(pk=chat.pk).first()
+    existing = TeamChat.objects.filter(team=team, chat=chat).first()
+    if existing is not None:
+        return existing
+    before = _team_names(chat)
+    binding = TeamChat.objects.create(team=team, chat=chat)
+    audit.record(actor, "chat.bound", chat, {"teams": before}, {"teams": _team_names(chat)})
+    return binding
+
+
+@transaction.atomic
+def unbind_team_chat(actor: Any, team: Team, chat: Chat) -> bool:
+    """Remove the binding of `chat` to `team`; returns False when there was none."""
+    Chat.objects.select_for_update().filter(pk=chat.pk).first()
+    before = _team_names(chat)
+    deleted, _ = TeamChat.objects.filter(team=team, chat=chat).delete()
+    if deleted:
+        audit.record(actor, "chat.unbound", chat, {"teams": before}, {"teams": _team_names(chat)})
+    return bool(deleted)
+
+
+@transaction.atomic
+def add_team_member(actor: Any, team: Team, user) -> TeamMembership:
+    """Make `user` a member (manager) of `team`; no-op when already one."""
+    membership, created = TeamMembership.objects.get_or_create(team=team, user=user)
+    if created:
+        audit.record(actor, "team.member_added", team, None, {"member": user.get_username()})
+    return membership
+
+
+@transaction.atomic
+def remove_team_member(actor: Any, team: Team, user) -> bool:
+    """Remove `user` from `team`; returns False when they were not a member."""
+    deleted, _ = TeamMembership.objects.filter(team=team, user=user).delete()
+    if deleted:
+        audit.record(actor, "team.member_removed", team, {"member": user.get_username()}, None)
+    return bool(deleted)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bot secrets (write-only)
+# ---------------------------------------------------------------------------------------------
+
+
+def _secret_field(name: str) -> str:
+    try:
+        return Bot.SECRET_FIELDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown bot secret {name!r}; one of {sorted(Bot.SECRET_FIELDS)}"
+        ) from None
+
+
+@transaction.atomic
+def set_bot_secret(actor: Any, bot: Bot, name: str, value: str) -> Bot:
+    """Store bot secret `name` (`app_secret`, `encrypt_key` or `verification_token`).
+
+    The value (surrounding whitespace stripped) goes to a new 0600 file through
+    `secretstore.write_secret`; the bot keeps only its ref; the previous file is removed on
+    commit. Audit `secret.set` with `{name: "set"|"not set"}` → `{name: "set"}`. Raises
+    ValueError for an unknown name or an empty value.
+    """
+    field_name = _secret_field(name)
+    value = value.strip() if isinstance(value, str) else ""
+    if not value:
+        raise ValueError("a secret cannot be empty; use clear_bot_secret to remove it")
+    locked = Bot.objects.select_for_update().get(pk=bot.pk)
+    old_ref = getattr(locked, field_name)
+    new_ref = write_secret(value)
+    setattr(locked, field_name, new_ref)
+    locked.save(update_fields=[field_name, "updated_at"])
+    audit.record(
+        actor, "secret.set", locked, {name: audit.secret_state(old_ref)}, {name: audit.SET}
+    )
+    if old_ref:
+        transaction.on_commit(lambda: delete_secret(old_ref))
+    setattr(bot, field_name, new_ref)
+    return bot
+
+
+@transaction.atomic
+def clear_bot_secret(actor: Any, bot: Bot, name: str) -> Bot:
+    """Remove bot secret `name` (no-op when not set). Audit `secret.cleared`: set → not set."""
+    field_name = _secret_field(name)
+    locked = Bot.objects.select_for_update().get(pk=bot.pk)
+    old_ref = getattr(locked, field_name)
+    if old_ref:
+        setattr(locked, field_name, "")
+        locked.save(update_fields=[field_name, "updated_at"])
+        audit.record(actor, "secret.cleared", locked, {name: audit.SET}, {name: audit.NOT_SET})
+        transaction.on_commit(lambda: delete_secret(old_ref))
+    setattr(bot, field_name, "")
+    return bot
+
+
+# ---------------------------------------------------------------------------------------------
+# Bot API keys
+# ---------------------------------------------------------------------------------------------
+
+
+def key_prefix(key: BotApiKey) -> str:
+    """The public part of a key (`clk_<lookup>_…`), safe to show and log."""
+    return f"{BotApiKey.PREFIX_TAG}_{key.lookup}_…"
+
+
+@transaction.atomic
+def issue_api_key(actor: Any, bot: Bot, label: str = "") -> tuple[str, BotApiKey]:
+    """Issue a new API key for `bot`. Returns `(raw key, row)`: show the raw key once; only its
+    SHA-256 is stored. Audit `apikey.issued` with the key's prefix and label."""
+    raw, lookup = BotApiKey.new_raw()
+    key = BotApiKey(bot=bot, label=label or "", created_by=_actor_user(actor))
+    key.set_raw(raw, lookup)
+    key.save()
+    audit.record(
+        actor,
+        "apikey.issued",
+        key,
+        None,
+        {"bot": bot.app_id, "key": key_prefix(key), "label": key.label},
+    )
+    return raw, key
+
+
+@transaction.atomic
+def revoke_api_key(actor: Any, key: BotApiKey) -> BotApiKey:
+    """Revoke `key` (it stops authenticating at once); no-op when already revoked.
+    Audit `apikey.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
+    locked = BotApiKey.objects.select_for_update().get(pk=key.pk)
+    if locked.revoked_at is None:
+        locked.revoked_at = timezone.now()
+        locked.save(update_fields=["revoked_at"])
+        audit.record(
+            actor,
+            "apikey.revoked",
+            locked,
+            {"key": key_prefix(locked), "revoked_at": None},
+            {"key": key_prefix(locked), "revoked_at": locked.revoked_at.isoformat()},
+        )
+    key.revoked_at = locked.revoked_at
+    return key
+
+
+__all__ = [
+    "PolicyError",
+    "add_team_member",
+    "bind_team_chat",
+    "clear_bot_secret",
+    "delete_bot",
+    "delete_chat",
+    "delete_chat_policy",
+    "delete_team",
+    "effective_policy_for",
+    "issue_api_key",
+    "key_prefix",
+    "remove_team_member",
+    "revoke_api_key",
+    "save_bot",
+    "save_chat",
+    "save_team",
+    "set_bot_secret",
+    "set_chat_policy",
+    "set_policy_layer",
+    "unbind_team_chat",
+]
