@@ -56,19 +56,6 @@ def rate(numerator: int, denominator: int) -> dict[str, Any]:
     }
 
 
-class LocalDate(TruncDate):
-    """The local calendar date of a datetime column in `tzinfo`.
-
-    On PostgreSQL `(col AT TIME ZONE %s)::date` with the zone name as a bound parameter: Django's
-    own TruncDate rewrites names that end in `+NN`/`-NN` (`Etc/GMT+10`) as if they were
-    offsets. On SQLite Django's TruncDate converts in Python with zoneinfo.
-    """
-
-    def as_postgresql(self, compiler, connection, **extra_context):
-        sql, params = compiler.compile(self.lhs)
-        return f"(({sql}) AT TIME ZONE %s)::date", (*params, self.tzinfo.key)
-
-
 # ---------------------------------------------------------------------------------------------
 # Base querysets (scope + filters + time range), the only entry to the data
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +191,7 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
 
     rows = (
         delivered(query, scope, query.start, query.end)
-        .annotate(day=LocalDate("created_at", tzinfo=query.tz))
+        .annotate(day=TruncDate("created_at", tzinfo=query.tz))
         .values("day")
         .annotate(n=Count("id"))
         .order_by()
@@ -218,7 +205,7 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
     }
     rating_rows = (
         latest_ratings(query, scope, query.start, query.end)
-        .annotate(day=LocalDate("delivery__created_at", tzinfo=query.tz))
+        .annotate(day=TruncDate("delivery__created_at", tzinfo=query.tz))
         .values("day")
         .annotate(**rating_aggregates)
         .order_by()
