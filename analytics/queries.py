@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet
-from django.db.models.functions import TruncDate
+from django.db.models import Count, F, Max, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, TruncDate
 
 from analytics import periods
 from analytics.access import Scope
 from analytics.filters import AnalyticsQuery
+from analytics.models import DeliveryRatingCounts
+from botadmin.models import Bot
 from feedback.models import Delivery, LatestFeedback, OutboxItem, Semantic
 from interactions.workqueue import WorkStatus
 
@@ -80,6 +82,49 @@ def latest_ratings(
         delivery__created_at__gte=start,
         delivery__created_at__lt=end,
     )
+
+
+#: Filters the rollup can answer: it carries team and bot copies and counts per semantic.
+ROLLUP_DELIVERY_DIMENSIONS = frozenset({"team", "bot"})
+ROLLUP_RATING_DIMENSIONS = frozenset({"semantic"})
+
+
+def answerable_from_rollup(query: AnalyticsQuery) -> bool:
+    """True when `DeliveryRatingCounts` holds every number the query needs (only team, bot
+    and semantic filters); otherwise the latest ratings are joined to the deliveries."""
+    return set(query.delivery_filters) <= ROLLUP_DELIVERY_DIMENSIONS and set(
+        query.rating_filters
+    ) <= ROLLUP_RATING_DIMENSIONS
+
+
+def rating_counts(query: AnalyticsQuery, scope: Scope, start: datetime, end: datetime) -> QuerySet:
+    """Rollup rows of rated deliveries sent in `[start, end)` in `scope` matching team/bot
+    (use only when `answerable_from_rollup(query)`)."""
+    qs = DeliveryRatingCounts.objects.filter(scope.q(), created_at__gte=start, created_at__lt=end)
+    if "team" in query.delivery_filters:
+        qs = qs.filter(team_id=query.delivery_filters["team"])
+    if "bot" in query.delivery_filters:
+        qs = qs.filter(bot_id__in=Bot.objects.filter(app_id=query.delivery_filters["bot"]).values("id"))
+    return qs
+
+
+def _rollup_terms(query: AnalyticsQuery) -> dict[str, Any]:
+    """Expressions over the rollup: per-semantic counts (zero for semantics a `semantic`
+    filter excludes) and their total."""
+    wanted = query.rating_filters.get("semantic")
+    per = {
+        s.value: (F(s.value) if wanted in (None, s.value) else Value(0)) for s in SEMANTICS
+    }
+    total = per["positive"] + per["progress"] + per["negative"]
+    return {"per": per, "total": total}
+
+
+def _gt0(expression) -> Any:
+    """`expression > 0` as a boolean expression usable in a Q / aggregate filter."""
+    from django.db.models import BooleanField, ExpressionWrapper
+    from django.db.models.lookups import GreaterThan
+
+    return ExpressionWrapper(GreaterThan(expression, 0), output_field=BooleanField())
 
 
 def listed_deliveries(query: AnalyticsQuery, scope: Scope) -> QuerySet:
@@ -141,18 +186,33 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
         shown=Count("id", filter=now & shown),
         shown_prev=Count("id", filter=before & shown),
     )
-    r_now = Q(delivery__created_at__gte=query.start)
-    r_before = Q(delivery__created_at__lt=query.start)
-    aggregates: dict[str, Any] = {
-        "ratings": Count("id", filter=r_now),
-        "ratings_prev": Count("id", filter=r_before),
-        "rated": Count("delivery_id", filter=r_now, distinct=True),
-        "rated_prev": Count("delivery_id", filter=r_before, distinct=True),
-    }
-    for s in SEMANTICS:
-        aggregates[s.value] = Count("id", filter=r_now & Q(semantic=s))
-        aggregates[f"{s.value}_prev"] = Count("id", filter=r_before & Q(semantic=s))
-    r = latest_ratings(query, scope, prev_start, query.end).aggregate(**aggregates)
+    if answerable_from_rollup(query):
+        terms = _rollup_terms(query)
+        aggregates: dict[str, Any] = {}
+        for suffix, when in (("", now), ("_prev", before)):
+            aggregates[f"c_ratings{suffix}"] = Coalesce(Sum(terms["total"], filter=when), 0)
+            aggregates[f"c_rated{suffix}"] = Count(
+                "delivery_id", filter=when & Q(_gt0(terms["total"]))
+            )
+            for s in SEMANTICS:
+                aggregates[f"c_{s.value}{suffix}"] = Coalesce(
+                    Sum(terms["per"][s.value], filter=when), 0
+                )
+        raw = rating_counts(query, scope, prev_start, query.end).aggregate(**aggregates)
+        r = {key.removeprefix("c_"): value for key, value in raw.items()}
+    else:
+        r_now = Q(delivery__created_at__gte=query.start)
+        r_before = Q(delivery__created_at__lt=query.start)
+        aggregates = {
+            "ratings": Count("id", filter=r_now),
+            "ratings_prev": Count("id", filter=r_before),
+            "rated": Count("delivery_id", filter=r_now, distinct=True),
+            "rated_prev": Count("delivery_id", filter=r_before, distinct=True),
+        }
+        for s in SEMANTICS:
+            aggregates[s.value] = Count("id", filter=r_now & Q(semantic=s))
+            aggregates[f"{s.value}_prev"] = Count("id", filter=r_before & Q(semantic=s))
+        r = latest_ratings(query, scope, prev_start, query.end).aggregate(**aggregates)
     current, previous = _figures(d, r, ""), _figures(d, r, "_prev")
     return {
         "range": range_dict(query),
@@ -198,18 +258,35 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
     )
     for row in rows:
         slot(row["day"])["delivered"] = row["n"]
-    rating_aggregates: dict[str, Any] = {
-        "n": Count("id"),
-        "rated": Count("delivery_id", distinct=True),
-        **{s.value: Count("id", filter=Q(semantic=s)) for s in SEMANTICS},
-    }
-    rating_rows = (
-        latest_ratings(query, scope, query.start, query.end)
-        .annotate(day=TruncDate("delivery__created_at", tzinfo=query.tz))
-        .values("day")
-        .annotate(**rating_aggregates)
-        .order_by()
-    )
+    if answerable_from_rollup(query):
+        terms = _rollup_terms(query)
+        rating_rows = (
+            rating_counts(query, scope, query.start, query.end)
+            .annotate(day=TruncDate("created_at", tzinfo=query.tz))
+            .values("day")
+            .annotate(
+                n=Coalesce(Sum(terms["total"]), 0),
+                rated=Count("delivery_id", filter=Q(_gt0(terms["total"]))),
+                **{f"c_{s.value}": Coalesce(Sum(terms["per"][s.value]), 0) for s in SEMANTICS},
+            )
+            .order_by()
+        )
+        rating_rows = [
+            {key.removeprefix("c_"): value for key, value in row.items()} for row in rating_rows
+        ]
+    else:
+        rating_aggregates: dict[str, Any] = {
+            "n": Count("id"),
+            "rated": Count("delivery_id", distinct=True),
+            **{s.value: Count("id", filter=Q(semantic=s)) for s in SEMANTICS},
+        }
+        rating_rows = (
+            latest_ratings(query, scope, query.start, query.end)
+            .annotate(day=TruncDate("delivery__created_at", tzinfo=query.tz))
+            .values("day")
+            .annotate(**rating_aggregates)
+            .order_by()
+        )
     for row in rating_rows:
         counts = slot(row["day"])
         counts["ratings"] = row["n"]
@@ -258,9 +335,17 @@ def reasons(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
     snapshot of the newest delivery (highest id) that carries the key in the range, so a
     renamed label shows its latest wording and the series stays keyed by the stable key.
     """
+    if answerable_from_rollup(query):
+        negatives = LatestFeedback.objects.filter(
+            query.rating_q(),
+            delivery_id__in=rating_counts(query, scope, query.start, query.end)
+            .filter(negative__gt=0)
+            .values("delivery_id"),
+        )
+    else:
+        negatives = latest_ratings(query, scope, query.start, query.end)
     rows = list(
-        latest_ratings(query, scope, query.start, query.end)
-        .filter(semantic=Semantic.NEGATIVE)
+        negatives.filter(semantic=Semantic.NEGATIVE)
         .values("reason_key")
         .annotate(n=Count("id"), newest=Max("delivery_id"))
         .order_by()
