@@ -52,7 +52,7 @@ class DeliveryRatingCounts(models.Model):
             ),
             models.Index(
                 fields=["created_at"],
-                include=["team_id", "bot_id"],
+                include=["delivery", "team_id", "bot_id"],
                 condition=Q(negative__gt=0),
                 name="rating_counts_negative_time",
             ),

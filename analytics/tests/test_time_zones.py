@@ -152,3 +152,39 @@ def test_default_zone_is_the_report_zone_setting(b19, api, superuser, settings):
     body = api(superuser).get("/api/v1/analytics/trend", {"from": "2025-03-01", "to": "2025-03-03"}).json()
     assert body["range"]["tz"] == "Asia/Shanghai"
     assert [b["delivered"] for b in body["buckets"]] == [1, 1]
+
+
+def test_half_hour_zone_splits_at_its_own_midnight(make_delivery, api, superuser):
+    # Asia/Kolkata is UTC+05:30: local midnight of 03-02 is 03-01 18:30Z.
+    make_delivery(at=datetime(2025, 3, 1, 18, 29, 59, tzinfo=UTC))
+    make_delivery(at=datetime(2025, 3, 1, 18, 30, tzinfo=UTC))
+    days = _trend(api(superuser), **{"from": "2025-03-01", "to": "2025-03-03", "tz": "Asia/Kolkata"})
+    assert {d: b["delivered"] for d, b in days.items()} == {"2025-03-01": 1, "2025-03-02": 1}
+
+
+def test_an_unaligned_range_start_still_buckets_by_local_day(make_delivery, api, superuser):
+    make_delivery(at=datetime(2025, 3, 1, 10, 7, 59, tzinfo=UTC))  # before the range
+    make_delivery(at=datetime(2025, 3, 1, 10, 8, 1, tzinfo=UTC))
+    make_delivery(at=datetime(2025, 3, 1, 16, 0, 0, tzinfo=UTC))  # 03-02 00:00 Shanghai
+    days = _trend(
+        api(superuser),
+        **{"from": "2025-03-01T10:08:00Z", "to": "2025-03-03", "tz": "Asia/Shanghai"},
+    )
+    assert {d: b["delivered"] for d, b in days.items()} == {"2025-03-01": 1, "2025-03-02": 1}
+    assert days["2025-03-01"]["from"] == "2025-03-01T10:08:00Z"
+
+
+@pytest.mark.postgres
+def test_postgresql_groups_aligned_ranges_by_utc_slots_and_others_per_row(db):
+    from analytics import queries
+    from analytics.filters import AnalyticsQuery
+
+    def grouping(start, tz):
+        zone = zoneinfo.ZoneInfo(tz)
+        q = AnalyticsQuery(periods.parse_boundary(start, zone), periods.parse_boundary("2025-03-10", zone), zone)
+        plan = periods.buckets(q.start, q.end, zone, "day")
+        return type(queries._day_grouping(q, plan)[0]("created_at")).__name__, plan
+
+    assert grouping("2025-03-01", "Asia/Shanghai")[0] == "DateBin"
+    assert grouping("2025-03-01", "Asia/Kolkata")[0] == "DateBin"
+    assert grouping("2025-03-01T10:07:00", "Asia/Shanghai")[0] == "TruncDate"
