@@ -319,40 +319,42 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
 
 
 class DateBin(Func):
-    """PostgreSQL `date_bin(stride, column, origin)`: the start of the fixed-width UTC slot a
-    timestamp falls in (origin = the Unix epoch)."""
+    """PostgreSQL `date_bin(stride, column, origin)`: the start of the fixed-width slot (counted
+    from `origin`) that a timestamp falls in."""
 
     function = "date_bin"
     output_field = DateTimeField()
 
-    def __init__(self, seconds: int, expression):
+    def __init__(self, seconds: int, expression, origin: datetime):
         super().__init__(
             Value(timedelta(seconds=seconds), output_field=DurationField()),
             expression,
-            Value(EPOCH, output_field=DateTimeField()),
+            Value(origin, output_field=DateTimeField()),
         )
 
 
-#: UTC slot widths tried for trend grouping, widest first (every modern UTC offset is a whole
-#: number of quarter hours).
-SLOT_SECONDS = (3600, 900)
+#: Slot widths tried for trend grouping, widest first: a day (zones without a DST change in the
+#: range), an hour, a quarter hour (every modern UTC offset is a whole number of quarters).
+SLOT_SECONDS = (86400, 3600, 900)
 
 
 def _day_grouping(query: AnalyticsQuery, plan: list[periods.Bucket]):
     """How to group rows by local day: `(annotation factory, value → local date)`.
 
     Converting every row to local time in SQL is the slow part of a year-long trend, so on
-    PostgreSQL rows are grouped by fixed UTC slots (an hour, else a quarter hour) when every
-    bucket boundary and the range's ends fall on slot boundaries — then each slot lies inside
-    one local day and is mapped to it here, exactly. Otherwise (an unaligned `from`/`to`, a zone
-    with an odd historical offset, SQLite) each row's local date is computed by the database.
+    PostgreSQL rows are grouped by fixed slots counted from the first bucket's start when every
+    bucket boundary and the range's end fall on slot boundaries — then each slot lies inside one
+    local day and is mapped to it here, exactly (Asia/Shanghai days are one-day slots; a range
+    across a DST change uses hours). Otherwise (a zone with an odd historical offset, SQLite)
+    each row's local date is computed by the database.
     """
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and plan:
         edges = [b.start for b in plan] + [query.end]
+        origin = edges[0]
         for seconds in SLOT_SECONDS:
-            if all(((edge - EPOCH) // timedelta(seconds=1)) % seconds == 0 for edge in edges):
+            if all(((edge - origin) // timedelta(seconds=1)) % seconds == 0 for edge in edges):
                 return (
-                    lambda field, seconds=seconds: DateBin(seconds, field),
+                    lambda field, seconds=seconds: DateBin(seconds, field, origin),
                     lambda value: value.astimezone(query.tz).date(),
                 )
     return (lambda field: TruncDate(field, tzinfo=query.tz), lambda value: value)

@@ -22,7 +22,8 @@ import os
 import statistics
 import sys
 import time
-from datetime import timedelta
+import zoneinfo
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -210,7 +211,10 @@ def main() -> None:
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
         clients[label] = client
-    end = (newest + timedelta(seconds=1)).replace(microsecond=0)
+    # Ranges of whole local days, as the dashboard asks for them: [today − N days, tomorrow).
+    zone = zoneinfo.ZoneInfo(TZ)
+    last_day = newest.astimezone(zone).date() + timedelta(days=1)
+    end = datetime.combine(last_day, datetime.min.time(), tzinfo=zone)
     print(f"PostgreSQL, {total:,} deliveries; ranges end {end.isoformat()}; tz {TZ}; median of {args.runs}")
     header = f"{'endpoint':<11} {'days':>4} {'scope':<9} {'endpoint ms':>11} {'SQL ms':>8} {'ratio':>6} {'target ms':>9}  ok"
     print(header)
@@ -220,7 +224,7 @@ def main() -> None:
         for span, target in zip((30, 365), TARGETS_MS[name], strict=True):
             start = end - timedelta(days=span)
             prev = start - timedelta(days=span)
-            params = {"from": start.isoformat(), "to": end.isoformat(), "tz": TZ}
+            params = {"from": start.date().isoformat(), "to": end.date().isoformat(), "tz": TZ}
             for scope_label, client in clients.items():
                 scoped = scope_label == "manager"
                 sql_params = {"start": start, "end": end, "prev": prev, "tz": TZ, "teams": [team.id]}

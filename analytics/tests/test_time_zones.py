@@ -187,4 +187,6 @@ def test_postgresql_groups_aligned_ranges_by_utc_slots_and_others_per_row(db):
 
     assert grouping("2025-03-01", "Asia/Shanghai")[0] == "DateBin"
     assert grouping("2025-03-01", "Asia/Kolkata")[0] == "DateBin"
-    assert grouping("2025-03-01T10:07:00", "Asia/Shanghai")[0] == "TruncDate"
+    assert grouping("2025-03-01", "America/New_York")[0] == "DateBin"  # hours across DST
+    assert grouping("2025-03-01T10:15:00", "Asia/Shanghai")[0] == "DateBin"  # clipped first day
+    assert grouping("2025-03-01T10:07:13", "Asia/Shanghai")[0] == "TruncDate"
