@@ -216,3 +216,22 @@ def test_failures_count_failed_deliveries_and_failed_or_dead_outbox_rows_by_dime
     assert by_team["outbox"]["by_status"] == {"failed": 0, "dead": 1}
     negative = queries.failures(q(rating={"semantic": "negative"}), EVERYTHING)
     assert negative["outbox"]["by_status"] == {"failed": 0, "dead": 2}  # d1 and d6
+
+
+@pytest.mark.parametrize(
+    ("call", "count"),
+    [
+        (lambda query: queries.summary(query, EVERYTHING), 2),
+        (lambda query: queries.trend(query, EVERYTHING, "week"), 2),
+        (lambda query: queries.reasons(query, EVERYTHING), 2),
+        (lambda query: queries.failures(query, EVERYTHING), 5),
+        (lambda query: queries.deliveries_page(query, EVERYTHING, page_size=100), 2),
+    ],
+)
+def test_each_figure_costs_a_fixed_number_of_queries_however_many_rows(
+    scenario, make_delivery, rate, django_assert_num_queries, call, count
+):
+    for i in range(30):
+        rate(make_delivery(at=datetime(2025, 3, 10, 8, i, tzinfo=UTC)), "ou_x", "wrong", reason="too_slow")
+    with django_assert_num_queries(count):
+        call(q())

@@ -147,3 +147,47 @@ def test_seed_command_is_idempotent_resettable_and_exact(db):
     call_command("seed_analytics", deliveries=300, days=30, reset=True, verbosity=0)
     assert Delivery.objects.count() == 300
     assert rollups.mismatches() == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_ratings_of_one_delivery_are_all_counted(world, make_delivery):
+    """Eight operators rate the same delivery at the same moment, each in its own transaction:
+    the triggers' upsert must neither lose an increment nor fail on the first-row race."""
+    import threading
+
+    from django.db import connection as thread_connection
+    from django.db import transaction
+
+    from feedback.models import Revision
+
+    d = make_delivery()
+    barrier = threading.Barrier(8)
+    failures = []
+
+    def click(i):
+        try:
+            barrier.wait(timeout=10)
+            with transaction.atomic():
+                rev = Revision.objects.create(
+                    revision_id=f"rev_c{i}", delivery_id=d.id, operator_open_id=f"ou_c{i}", revision=1,
+                    verdict_key="wrong" if i % 2 else "conclusive_usable",
+                    semantic="negative" if i % 2 else "positive", callback_key=f"cb_c{i}",
+                )
+                LatestFeedback.objects.create(
+                    delivery_id=d.id, operator_open_id=f"ou_c{i}", revision=rev,
+                    semantic=rev.semantic, verdict_key=rev.verdict_key,
+                )
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(repr(exc))
+        finally:
+            thread_connection.close()
+
+    threads = [threading.Thread(target=click, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert failures == []
+    assert counts_of(d) == (4, 0, 4)
+    assert rollups.mismatches() == []
