@@ -169,6 +169,16 @@ PAGE_SIZE = OpenApiParameter(
 )
 
 
+def _refuse_ordering(request) -> None:
+    """The list has one order, newest first on the unique (sent time, id); a client ordering
+    on a non-unique field is what makes cursors skip or repeat rows (failure mode B18)."""
+    if "ordering" in request.query_params:
+        raise ApiError(
+            "invalid_filter",
+            {"ordering": [str(_("The order is fixed: newest first (sent time, then id)."))]},
+        )
+
+
 def _page_args(request) -> tuple[queries.Cursor | None, int]:
     raw_size = request.query_params.get("page_size") or str(queries.DEFAULT_PAGE_SIZE)
     try:
@@ -201,6 +211,7 @@ class DeliveriesView(AnalyticsAPIView):
 
     def get(self, request):
         query = self.analytics_query(request)
+        _refuse_ordering(request)
         cursor, size = _page_args(request)
         page = queries.deliveries_page(query, self.scope(request), cursor=cursor, page_size=size)
         body = {"results": page.rows, "next": page.next, "previous": page.previous, "page_size": size}
@@ -235,6 +246,7 @@ class DeliveriesCsvView(AnalyticsAPIView):
 
     def get(self, request):
         query = self.analytics_query(request)
+        _refuse_ordering(request)
         rows = queries.iter_delivery_rows(query, self.scope(request))
         name = "cardloop-deliveries-{}-{}.csv".format(
             query.start.astimezone(query.tz).strftime("%Y%m%d"),

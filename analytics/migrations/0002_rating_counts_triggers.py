@@ -114,9 +114,6 @@ def uninstall(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [
-        ("analytics", "0001_initial"),
-        ("feedback", "0002_delivery_delivery_analytics_time_and_more"),
-    ]
+    dependencies = [("analytics", "0001_initial")]
 
     operations = [migrations.RunPython(install, uninstall)]

@@ -97,3 +97,27 @@ def test_cursor_round_trips_microseconds():
     for bad in ("", "e30", "!!!", "eyJ0IjoxLCJpIjoxLCJkIjoieCJ9"):
         with pytest.raises(queries.InvalidCursor):
             queries.Cursor.decode(bad)
+
+
+@pytest.mark.parametrize("endpoint", ["deliveries", "deliveries.csv"])
+def test_client_ordering_is_refused(api, superuser, endpoint):
+    response = api(superuser).get(f"/api/v1/analytics/{endpoint}", {**RANGE, "ordering": "created_at"})
+    assert response.status_code == 400
+    assert "ordering" in response.json()["detail"]
+
+
+def test_filterset_qs_is_the_drill_down_population(b18, world, make_delivery, rate, superuser):
+    from analytics.access import Scope
+    from analytics.filters import AnalyticsFilterSet
+    from feedback.models import Delivery
+
+    rated = Delivery.objects.get(delivery_id="tie_007")
+    rate(rated, "ou_1", "wrong", reason="too_slow")
+    for params in ({"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC"},
+                   {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC", "reason": "too_slow"}):
+        fs = AnalyticsFilterSet(data=params, queryset=Delivery.objects.all())
+        assert fs.is_valid(), fs.errors
+        assert set(fs.qs.values_list("id", flat=True)) == set(
+            queries.listed_deliveries(fs.query, Scope(None)).values_list("id", flat=True)
+        )
+    assert list(fs.qs.values_list("delivery_id", flat=True)) == ["tie_007"]
