@@ -8,6 +8,7 @@ superuser nor a team manager → 403 JSON (see `analytics.access`).
 
 from __future__ import annotations
 
+from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from django.utils.translation import gettext_lazy as _
 from django_filters import ChoiceFilter
@@ -252,9 +253,10 @@ class DeliveriesCsvView(AnalyticsAPIView):
             query.start.astimezone(query.tz).strftime("%Y%m%d"),
             query.end.astimezone(query.tz).strftime("%Y%m%d"),
         )
-        response = StreamingHttpResponse(
-            csv_export.stream(rows, query.tz), content_type="text/csv; charset=utf-8"
-        )
+        chunks = csv_export.stream(rows, query.tz)
+        if isinstance(request._request, ASGIRequest):  # served by Daphne: stream asynchronously
+            chunks = csv_export.astream(chunks)
+        response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         response["Cache-Control"] = "no-store"
         return response

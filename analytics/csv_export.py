@@ -12,9 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import zoneinfo
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 from typing import Any
+
+from asgiref.sync import sync_to_async
 
 BOM = "\ufeff"
 
@@ -119,3 +121,16 @@ def stream(rows: Iterable[dict[str, Any]], tz: zoneinfo.ZoneInfo) -> Iterator[st
             buffer.truncate()
             pending = 0
     yield buffer.getvalue()
+
+
+async def astream(chunks: Iterator[str]) -> AsyncIterator[str]:
+    """The same chunks for an ASGI server (Daphne): each chunk is produced in Django's sync
+    thread (where the database queries run) and sent before the next one is made. Django
+    would otherwise read a sync iterator to the end into memory before sending anything."""
+    done = object()
+    step = sync_to_async(next, thread_sensitive=True)
+    while True:
+        chunk = await step(chunks, done)
+        if chunk is done:
+            return
+        yield chunk

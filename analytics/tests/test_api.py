@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -263,3 +263,31 @@ def test_swagger_ui_is_served_without_a_cdn(client, superuser):
         assert cdn not in html
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
     assert client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_csv_streams_chunk_by_chunk_under_asgi(world, make_delivery, superuser, recwarn):
+    """Under Daphne (ASGI) the CSV must be an async stream: Django reads a sync iterator to the
+    end into memory first (with a warning) before sending a byte."""
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    @sync_to_async
+    def setup():
+        for i in range(1200):
+            make_delivery(at=datetime(2025, 3, 10, 1, tzinfo=UTC) + timedelta(seconds=i))
+
+    await setup()
+    client = AsyncClient()
+    await client.aforce_login(superuser)
+    response = await client.get("/api/v1/analytics/deliveries.csv", RANGE)
+    assert response.status_code == 200
+    assert response.is_async
+    chunks = [chunk async for chunk in response.streaming_content]
+    assert len(chunks) > 2  # sent in pieces, not as one buffered body
+    body = b"".join(chunks).decode("utf-8-sig").splitlines()
+    assert len(body) == 1 + 1200
+    assert not [w for w in recwarn if "StreamingHttpResponse" in str(w.message)]
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()  # the sync thread's connection (PostgreSQL)
