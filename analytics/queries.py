@@ -480,21 +480,27 @@ def failures(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
     codes = list(
         base.filter(failed_q)
         .values("error_code")
-        .annotate(count=Count("id"))
+        .annotate(count=Count("created_at"))  # index-only on delivery_analytics_failed
         .order_by("-count", "error_code")[:10]
     )
-    outbox = failed_outbox_items(query, scope)
-    outbox_status = {
-        row["status"]: row["n"] for row in outbox.values("status").annotate(n=Count("id")).order_by()
-    }
-    by_destination = list(
-        outbox.values("destination_id", "destination__name")
-        .annotate(count=Count("id"))
-        .order_by("-count", "destination_id")[:10]
+    # One grouped query; the per-status, per-destination and per-type views are sums of it.
+    outbox_rows = list(
+        failed_outbox_items(query, scope)
+        .values("status", "destination_id", "destination__name", "event__type")
+        .annotate(n=Count("id"))
+        .order_by()
     )
-    by_type = list(
-        outbox.values("event__type").annotate(count=Count("id")).order_by("-count", "event__type")[:10]
-    )
+    outbox_status = {s.value: 0 for s in FAILED_OUTBOX_STATUSES}
+    by_destination: dict[int, dict[str, Any]] = {}
+    by_type: dict[str, int] = {}
+    for row in outbox_rows:
+        outbox_status[row["status"]] += row["n"]
+        dest = by_destination.setdefault(
+            row["destination_id"],
+            {"destination_id": row["destination_id"], "name": row["destination__name"], "count": 0},
+        )
+        dest["count"] += row["n"]
+        by_type[row["event__type"]] = by_type.get(row["event__type"], 0) + row["n"]
     return {
         "range": range_dict(query),
         "deliveries": {
@@ -507,17 +513,13 @@ def failures(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
         },
         "outbox": {
             "failed": sum(outbox_status.values()),
-            "by_status": {s.value: outbox_status.get(s.value, 0) for s in FAILED_OUTBOX_STATUSES},
-            "by_destination": [
-                {
-                    "destination_id": row["destination_id"],
-                    "name": row["destination__name"],
-                    "count": row["count"],
-                }
-                for row in by_destination
-            ],
+            "by_status": outbox_status,
+            "by_destination": sorted(
+                by_destination.values(), key=lambda d: (-d["count"], d["destination_id"])
+            )[:10],
             "by_event_type": [
-                {"event_type": row["event__type"], "count": row["count"]} for row in by_type
+                {"event_type": t, "count": n}
+                for t, n in sorted(by_type.items(), key=lambda item: (-item[1], item[0]))[:10]
             ],
         },
     }

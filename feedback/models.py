@@ -162,6 +162,12 @@ class Delivery(models.Model):
                 include=["bot", "feedback_shown", "status"],
                 name="delivery_analytics_team",
             ),
+            models.Index(
+                fields=["created_at"],
+                include=["team", "bot", "status", "error_code"],
+                condition=Q(status__in=["send_failed", "failed"]),
+                name="delivery_analytics_failed",
+            ),
         ]
 
     def __str__(self) -> str:

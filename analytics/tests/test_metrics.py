@@ -224,7 +224,7 @@ def test_failures_count_failed_deliveries_and_failed_or_dead_outbox_rows_by_dime
         (lambda query: queries.summary(query, EVERYTHING), 2),
         (lambda query: queries.trend(query, EVERYTHING, "week"), 2),
         (lambda query: queries.reasons(query, EVERYTHING), 2),
-        (lambda query: queries.failures(query, EVERYTHING), 5),
+        (lambda query: queries.failures(query, EVERYTHING), 3),
         (lambda query: queries.deliveries_page(query, EVERYTHING, page_size=100), 2),
     ],
 )
