@@ -198,11 +198,13 @@ def _timestamps(rng: random.Random, n: int, days: int, end: datetime) -> list[da
     ]
     days_drawn = rng.choices(range(days + 1), weights=day_weights, k=n)
     hours_drawn = rng.choices(range(24), weights=hour_weights, k=n)
-    last = end - timedelta(microseconds=1)
+    span = (end - start).total_seconds()
     out = []
     for d, h in zip(days_drawn, hours_drawn, strict=True):
         when = (first_midnight + timedelta(days=d, hours=h, seconds=rng.random() * 3600)).astimezone(UTC)
-        out.append(min(max(when, start), last).replace(microsecond=rng.randrange(1_000_000)))
+        if not start <= when < end:  # the partial first/last local day: draw again, uniformly
+            when = start + timedelta(seconds=rng.random() * span)
+        out.append(when)
     out.sort()
     return out
 
