@@ -30,9 +30,11 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import (
+    BooleanField,
     Count,
     DateTimeField,
     DurationField,
+    ExpressionWrapper,
     F,
     Func,
     Max,
@@ -42,6 +44,7 @@ from django.db.models import (
     Value,
 )
 from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.lookups import GreaterThan
 
 from analytics import periods
 from analytics.access import Scope
@@ -134,9 +137,6 @@ def _rollup_terms(query: AnalyticsQuery) -> dict[str, Any]:
 
 def _gt0(expression) -> Any:
     """`expression > 0` as a boolean expression usable in a Q / aggregate filter."""
-    from django.db.models import BooleanField, ExpressionWrapper
-    from django.db.models.lookups import GreaterThan
-
     return ExpressionWrapper(GreaterThan(expression, 0), output_field=BooleanField())
 
 
