@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from feedback.models import Delivery, Semantic
@@ -37,15 +38,15 @@ class RangeSerializer(PeriodSerializer):
 
 
 class FiguresSerializer(serializers.Serializer):
-    delivered = serializers.IntegerField(help_text="Deliveries sent in the range, any status.")
-    feedback_shown = serializers.IntegerField(help_text="Delivered with feedback buttons shown.")
-    ratings = serializers.IntegerField(help_text="Latest ratings (one per delivery and operator).")
-    rated_deliveries = serializers.IntegerField(help_text="Deliveries with at least one rating.")
+    delivered = serializers.IntegerField(help_text=_("Deliveries sent in the range, any status."))
+    feedback_shown = serializers.IntegerField(help_text=_("Delivered with feedback buttons shown."))
+    ratings = serializers.IntegerField(help_text=_("Latest ratings (one per delivery and operator)."))
+    rated_deliveries = serializers.IntegerField(help_text=_("Deliveries with at least one rating."))
     positive = serializers.IntegerField()
     progress = serializers.IntegerField()
     negative = serializers.IntegerField()
-    coverage = RateSerializer(help_text="rated_deliveries / delivered")
-    positive_rate = RateSerializer(help_text="positive / ratings")
+    coverage = RateSerializer(help_text=_("rated_deliveries / delivered"))
+    positive_rate = RateSerializer(help_text=_("positive / ratings"))
 
 
 class DeltaSerializer(serializers.Serializer):
@@ -65,11 +66,11 @@ class SummarySerializer(serializers.Serializer):
     previous_range = PeriodSerializer()
     current = FiguresSerializer()
     previous = FiguresSerializer()
-    delta = DeltaSerializer(help_text="current − previous; rate deltas are null when either is.")
+    delta = DeltaSerializer(help_text=_("current − previous; rate deltas are null when either is."))
 
 
 class TrendBucketSerializer(serializers.Serializer):
-    date = serializers.DateField(help_text="Local date the bucket starts on (Monday for weeks).")
+    date = serializers.DateField(help_text=_("Local date the bucket starts on (Monday for weeks)."))
     locals()["from"] = serializers.DateTimeField()
     to = serializers.DateTimeField()
     delivered = serializers.IntegerField()
@@ -88,9 +89,9 @@ class TrendSerializer(serializers.Serializer):
 
 class ReasonSerializer(serializers.Serializer):
     key = serializers.CharField()
-    label = serializers.CharField(help_text="From the newest delivery's policy snapshot.")
+    label = serializers.CharField(help_text=_("From the newest delivery's policy snapshot."))
     count = serializers.IntegerField()
-    share = RateSerializer(help_text="count / negative_ratings")
+    share = RateSerializer(help_text=_("count / negative_ratings"))
 
 
 class ReasonsSerializer(serializers.Serializer):
@@ -113,7 +114,7 @@ class DeliveryFailureStatusSerializer(serializers.Serializer):
 class DeliveryFailuresSerializer(serializers.Serializer):
     failed = serializers.IntegerField()
     by_status = DeliveryFailureStatusSerializer()
-    rate = RateSerializer(help_text="failed / delivered")
+    rate = RateSerializer(help_text=_("failed / delivered"))
     top_error_codes = ErrorCodeCountSerializer(many=True)
 
 
@@ -164,7 +165,7 @@ class RatingSerializer(serializers.Serializer):
     verdict_label = serializers.CharField()
     reason_key = serializers.CharField(allow_blank=True)
     reason_label = serializers.CharField(allow_blank=True)
-    revision = serializers.IntegerField(help_text="Position in the operator's revision chain.")
+    revision = serializers.IntegerField(help_text=_("Position in the operator's revision chain."))
     rated_at = serializers.DateTimeField()
 
 
@@ -195,6 +196,6 @@ class DeliveryRowSerializer(serializers.Serializer):
 
 class DeliveryPageSerializer(serializers.Serializer):
     results = DeliveryRowSerializer(many=True)
-    next = serializers.CharField(allow_null=True, help_text="Cursor of the older page.")
-    previous = serializers.CharField(allow_null=True, help_text="Cursor of the newer page.")
+    next = serializers.CharField(allow_null=True, help_text=_("Cursor of the older page."))
+    previous = serializers.CharField(allow_null=True, help_text=_("Cursor of the newer page."))
     page_size = serializers.IntegerField()
