@@ -251,7 +251,7 @@ def build(
     writers = {m: _Writer(m) for m in (Delivery, Revision, LatestFeedback, Event, OutboxItem)}
     ids = {m: w.next_id() for m, w in writers.items()}
     writers[DeliveryRatingCounts] = _Writer(DeliveryRatingCounts)
-    counts = {m._meta.label: 0 for m in writers}
+    counts = {m._meta.label: 0 for m in (*writers, DeliveryRatingCounts)}
     times = _timestamps(rng, deliveries, days, end)
     base_seq = seed_delivery_count()
 
@@ -371,6 +371,7 @@ def build(
                 counts[model._meta.label] += len(rows[model])
             if bulk:
                 writers[DeliveryRatingCounts].write(rows[DeliveryRatingCounts])
+                counts[DeliveryRatingCounts._meta.label] += len(rows[DeliveryRatingCounts])
                 with connection.cursor() as cur:
                     _switch_rollup_triggers(cur, on=True)
         if progress:
