@@ -39,12 +39,14 @@ lint: venv
 check: venv
 	$(BIN)/ruff check .
 	DJANGO_DEBUG=true $(BIN)/python manage.py makemigrations --check --dry-run
+	DJANGO_DEBUG=true $(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	DJANGO_DEBUG=false DJANGO_SECRET_KEY=ci-$$($(BIN)/python -c 'import secrets;print(secrets.token_urlsafe(50))') \
 	  DJANGO_ALLOWED_HOSTS=cardloop.example.com DJANGO_HSTS_SECONDS=31536000 DJANGO_SECURE_SSL_REDIRECT=true \
 	  $(BIN)/python manage.py check --deploy --fail-level WARNING
 
 messages: venv
 	cd botadmin && ../$(BIN)/python ../manage.py makemessages -l zh_Hans -l en --ignore 'migrations/*'
+	cd analytics && ../$(BIN)/python ../manage.py makemessages -l zh_Hans --ignore 'migrations/*' --ignore 'tests/*'
 	$(BIN)/python manage.py compilemessages
 
 clean:

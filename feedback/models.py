@@ -151,6 +151,23 @@ class Delivery(models.Model):
             models.Index(
                 fields=["bot", "session_id", "turn_id", "dispatch_attempt"], name="delivery_turn"
             ),
+            # Analytics (issue 5): index-only counts of deliveries per range, team and bot.
+            models.Index(
+                fields=["created_at"],
+                include=["team", "bot", "feedback_shown", "status"],
+                name="delivery_analytics_time",
+            ),
+            models.Index(
+                fields=["team", "created_at"],
+                include=["bot", "feedback_shown", "status"],
+                name="delivery_analytics_team",
+            ),
+            models.Index(
+                fields=["created_at"],
+                include=["team", "bot", "status", "error_code"],
+                condition=Q(status__in=["send_failed", "failed"]),
+                name="delivery_analytics_failed",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,0 +1,68 @@
+"""Rebuild and check `DeliveryRatingCounts` (the trigger-maintained rollup, see models.py).
+
+`rebuild()` is idempotent: it replaces the whole table with counts recomputed from
+`feedback.LatestFeedback` in one transaction. On PostgreSQL it first takes a SHARE lock on
+the latest-rating table so no click can commit between the delete and the insert (clicks wait
+for the rebuild, typically seconds at a million deliveries).
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+from django.db.models import Count, Q
+
+from analytics.models import DeliveryRatingCounts
+from feedback.models import LatestFeedback, Semantic
+
+_COUNTS = DeliveryRatingCounts._meta.db_table
+_LATEST = LatestFeedback._meta.db_table
+_DELIVERY = LatestFeedback._meta.get_field("delivery").related_model._meta.db_table
+
+_REBUILD = f"""
+INSERT INTO {_COUNTS} (delivery_id, created_at, team_id, bot_id, positive, progress, negative)
+SELECT d.id, d.created_at, d.team_id, d.bot_id,
+       SUM(CASE WHEN lf.semantic = 'positive' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN lf.semantic = 'progress' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN lf.semantic = 'negative' THEN 1 ELSE 0 END)
+  FROM {_LATEST} lf JOIN {_DELIVERY} d ON d.id = lf.delivery_id
+ GROUP BY d.id, d.created_at, d.team_id, d.bot_id
+"""  # noqa: S608 - table names from _meta; no parameters
+
+
+def rebuild() -> int:
+    """Recompute every row from the latest ratings; returns the number of rows written."""
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute(f"LOCK TABLE {_LATEST} IN SHARE MODE")
+        cur.execute(f"DELETE FROM {_COUNTS}")  # noqa: S608
+        cur.execute(_REBUILD)
+        return cur.rowcount
+
+
+def mismatches(limit: int = 10) -> list[dict]:
+    """Deliveries whose stored counts differ from a fresh count of their latest ratings (at most
+    `limit`); an empty list means the rollup is exact. Rows with all-zero counts and no latest
+    rating are not mismatches."""
+    fresh = {
+        row["delivery_id"]: row
+        for row in LatestFeedback.objects.values("delivery_id").annotate(
+            positive=Count("id", filter=Q(semantic=Semantic.POSITIVE)),
+            progress=Count("id", filter=Q(semantic=Semantic.PROGRESS)),
+            negative=Count("id", filter=Q(semantic=Semantic.NEGATIVE)),
+        ).order_by()
+    }
+    stored = {
+        row["delivery_id"]: row
+        for row in DeliveryRatingCounts.objects.values(
+            "delivery_id", "positive", "progress", "negative"
+        )
+    }
+    out = []
+    for delivery_id in sorted(set(fresh) | set(stored)):
+        want = fresh.get(delivery_id, {"positive": 0, "progress": 0, "negative": 0})
+        have = stored.get(delivery_id, {"positive": 0, "progress": 0, "negative": 0})
+        if any(want[k] != have[k] for k in ("positive", "progress", "negative")):
+            out.append({"delivery_id": delivery_id, "stored": have, "fresh": want})
+            if len(out) >= limit:
+                break
+    return out
