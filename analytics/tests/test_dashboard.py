@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 
-def test_anonymous_visitor_is_redirected_to_the_admin_login(client, db):
+def test_anonymous_visitor_is_redirected_to_the_sign_in_page(client, db):
     response = client.get("/dashboard/?team=1")
     assert response.status_code == 302
-    assert response["Location"].startswith("/admin/login/?next=/dashboard/")
+    assert response["Location"].startswith("/accounts/login/?next=/dashboard/")
 
 
 def test_logged_in_user_without_a_team_gets_a_403_page(client, django_user_model):
@@ -31,6 +31,29 @@ def test_manager_sees_only_their_teams_as_options_and_the_page_reads_the_api(cli
     assert "/static/vendor/chartjs/chart.umd.min.js" in html
     for cdn in ("cdn.jsdelivr", "unpkg.com", "cdnjs", "googleapis"):
         assert cdn not in html
+
+
+def test_manager_without_staff_status_signs_in_and_reads_the_dashboard(client, world, django_user_model):
+    from botadmin.models import TeamMembership
+
+    user = django_user_model.objects.create_user("lead-no-staff", password="pw-tests-only")
+    TeamMembership.objects.create(team=world.team_a, user=user)
+    page = client.get("/accounts/login/?next=/dashboard/")
+    assert page.status_code == 200
+    response = client.post(
+        "/accounts/login/",
+        {"username": "lead-no-staff", "password": "pw-tests-only", "next": "/dashboard/"},
+    )
+    assert response.status_code == 302 and response["Location"] == "/dashboard/"
+    assert client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="en").status_code == 200
+    assert client.get("/admin/").status_code == 302  # still no admin access
+
+
+def test_wrong_password_stays_on_the_sign_in_page(client, db, django_user_model):
+    django_user_model.objects.create_user("someone", password="pw-tests-only")
+    response = client.post("/accounts/login/", {"username": "someone", "password": "nope"})
+    assert response.status_code == 200
+    assert "didn" in response.content.decode() or "不匹配" in response.content.decode()
 
 
 def test_page_is_translated_to_simplified_chinese(client, world, manager_of):

@@ -53,7 +53,7 @@ def history(world, make_delivery, rate, django_user_model):
             rate(d, f"ou_{i}", "wrong", reason="inaccurate")
     for i in range(5):
         make_delivery(at=start + timedelta(hours=7 * i), team="b", model="claude-y")
-    user = django_user_model.objects.create_user("manager", password="pw-for-browser-test", is_staff=True)
+    user = django_user_model.objects.create_user("manager", password="pw-for-browser-test")
     TeamMembership.objects.create(team=world.team_a, user=user)
     TeamMembership.objects.create(team=world.team_b, user=user)
     return world
@@ -61,10 +61,10 @@ def history(world, make_delivery, rate, django_user_model):
 
 def _login(page, live_server, next_path):
     page.goto(f"{live_server.url}{next_path}")
-    assert "/admin/login/" in page.url  # login required: the admin login page
+    assert "/accounts/login/" in page.url  # login required: the sign-in page
     page.fill("#id_username", "manager")
     page.fill("#id_password", "pw-for-browser-test")
-    page.click("input[type=submit]")
+    page.click("button[type=submit]")
     page.wait_for_selector("body[data-state=ready]", timeout=20_000)
 
 
@@ -127,7 +127,7 @@ def test_dashboard_shows_an_api_error_instead_of_numbers(live_server, history, b
     page.goto(f"{live_server.url}/dashboard/?from=2025-03-11&to=2025-03-01")
     page.fill("#id_username", "manager")
     page.fill("#id_password", "pw-for-browser-test")
-    page.click("input[type=submit]")
+    page.click("button[type=submit]")
     page.wait_for_selector("body[data-state=error]", timeout=20_000)
     assert "invalid_range" in page.inner_text("#error")
     context.close()
