@@ -66,7 +66,8 @@ def build_client(bot) -> CardloopWsClient:
     return CardloopWsClient(
         bot.app_id,
         secret,
-        log_level=lark.LogLevel.INFO,
+        # lark-oapi logs the connection URL (with its ticket) at INFO: keep it at WARNING.
+        log_level=lark.LogLevel.WARNING,
         event_handler=build_handler(bot),
         domain=domain_for(bot),
     )

@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from interactions import cards, cardworker, registry
@@ -273,6 +273,13 @@ def test_an_older_state_version_never_replaces_a_newer_one(entity, lark_stub):
     _drain()
     assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == "v2"
     assert len(_element_calls(lark_stub, entity.card_id)) == 1
+
+
+def test_enqueue_joins_the_callers_transaction(entity):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        cards.enqueue_elements(entity, {"fb_prompt": md("rolled back with the fact")})
+        raise RuntimeError("the caller's write failed")
+    assert not CardUpdate.objects.exists()
 
 
 def test_element_updates_need_a_card_entity_and_valid_ids(db, lark_bot):
