@@ -146,15 +146,18 @@ def lark_callback(transactional_db, lark_bot, client):
 @pytest.fixture
 def register_card_handler():
     """`register_card_handler(kind, fn)` / `register_card_handler.event(type, fn)`: register a
-    card-action (or event) handler for this test only."""
+    card-action (or event) handler for this test only. A handler an app registered for the
+    same kind is set aside meanwhile and restored afterwards."""
     from interactions import registry
 
-    kinds: list[str] = []
+    kinds: list[tuple[str, object]] = []
     events: list[tuple[str, object]] = []
 
     def register(kind, handler):
+        previous = registry.handler_for(kind)
+        registry.unregister(kind)
         registry.register(kind, handler)
-        kinds.append(kind)
+        kinds.append((kind, previous))
         return handler
 
     def register_event(event_type, handler):
@@ -164,7 +167,9 @@ def register_card_handler():
 
     register.event = register_event
     yield register
-    for kind in kinds:
+    for kind, previous in reversed(kinds):
         registry.unregister(kind)
+        if previous is not None:
+            registry.register(kind, previous)
     for event_type, handler in events:
         registry.unregister_event(event_type, handler)
