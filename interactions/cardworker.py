@@ -5,7 +5,8 @@ it), so updates reach Feishu in the order their states were enqueued. Each reque
 card's next CardKit `sequence` (strictly increasing, retries included), and requests to one
 card are spaced `MESSAGE_INTERVAL` apart (Feishu: 5 QPS per message). Rate limits, HTTP
 429/5xx and network errors are retried with exponential backoff up to `MAX_ATTEMPTS`
-(then `dead`); other Feishu errors are permanent (`failed`, with code, message and log_id).
+(then `dead`), never sooner than a `Retry-After` the server sent (capped at 5 min); other
+Feishu errors are permanent (`failed`, with code, message and log_id).
 Claiming, fencing and stale recovery come from `interactions.workqueue`; a retried or recovered
 update that meets a newer pending one is folded into it instead of going back to the queue.
 """
@@ -32,6 +33,8 @@ MAX_ATTEMPTS = 10
 MESSAGE_INTERVAL = timedelta(milliseconds=200)
 #: An in-flight claim older than this belongs to a dead or hung worker.
 STALE_AFTER = timedelta(seconds=60)
+#: Longest wait a server's Retry-After can impose on one retry.
+MAX_RETRY_AFTER = timedelta(minutes=5)
 #: Finished rows are kept this long for the admin / debugging, then deleted.
 FINISHED_RETENTION = timedelta(days=7)
 
@@ -114,6 +117,9 @@ def apply_update(row: CardUpdate, token: str) -> str:
 def _failed(row, token, card, exc, *, retryable, code, rate_limited, sequence) -> str:
     error = str(exc)[:500]
     delay = backoff(row.attempts)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:  # B20: never sooner than the server asked, capped
+        delay = max(delay, min(timedelta(seconds=retry_after), MAX_RETRY_AFTER))
     _pace(card, delay if rate_limited else MESSAGE_INTERVAL)
     if retryable and row.attempts < MAX_ATTEMPTS:
         log.info("card %s: update %s will retry in %.1fs (%s)", card.pk, row.pk,

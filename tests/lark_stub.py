@@ -72,6 +72,7 @@ class _Failure:
     http_status: int
     times: int
     body: bytes | None
+    headers: dict[str, str]
 
 
 class FeishuStub:
@@ -128,12 +129,16 @@ class FeishuStub:
         http_status: int = 400,
         times: int = 1,
         body: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Make the next `times` calls of `method` to a path starting with `path_prefix` fail
-        with Feishu `code` (or the raw `body`) and `http_status`, without applying anything."""
+        with Feishu `code` (or the raw `body`), `http_status` and extra response `headers`
+        (e.g. `{"Retry-After": "30"}`), without applying anything."""
         with self._lock:
             self._failures.append(
-                _Failure(method.upper(), path_prefix, code, msg, http_status, times, body)
+                _Failure(
+                    method.upper(), path_prefix, code, msg, http_status, times, body, headers or {}
+                )
             )
 
     def calls_to(self, method: str | None = None, path_prefix: str = "") -> list[Call]:
@@ -211,10 +216,10 @@ class _Handler(BaseHTTPRequestHandler):
         failure = stub._take_failure(method, parts.path)
         if failure is not None:
             if failure.body is not None:
-                self._send(failure.http_status, failure.body, content_type="text/html")
+                self._send(failure.http_status, failure.body, "text/html", failure.headers)
             else:
                 status, payload = _err(failure.code, failure.msg, failure.http_status)
-                self._send_json(status, payload)
+                self._send_json(status, payload, failure.headers)
             return
         try:
             status, payload = self._route(method, parts.path, query, body, app_id)
@@ -222,12 +227,15 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = 500, {"code": -1, "msg": f"stub error: {exc!r}"}
         self._send_json(status, payload)
 
-    def _send_json(self, status: int, payload: dict) -> None:
-        self._send(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+    def _send_json(self, status: int, payload: dict, headers: dict | None = None) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self._send(status, data, "application/json; charset=utf-8", headers)
 
-    def _send(self, status: int, data: bytes, content_type: str = "application/json; charset=utf-8") -> None:
+    def _send(self, status: int, data: bytes, content_type: str, headers: dict | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-Tt-Logid", f"stub-log-{self.stub.new_id()}")
         self.end_headers()

@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import lark_oapi as lark
@@ -67,13 +69,39 @@ TIMEOUT = 10
 RECEIVE_ID_TYPES = frozenset({"chat_id", "open_id", "union_id", "user_id", "email"})
 
 
+def retry_after_seconds(headers: dict[str, str] | None) -> float | None:
+    """Seconds the server asked us to wait: `Retry-After` (seconds or an HTTP date) or
+    Feishu's `x-ogw-ratelimit-reset` (seconds). None when absent or malformed (B20)."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+    for name in ("retry-after", "x-ogw-ratelimit-reset"):
+        value = lowered.get(name)
+        if not value:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            log.warning("ignoring malformed %s header", name)
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return None
+
+
 class LarkApiError(Exception):
     """A Feishu Open API call failed.
 
     Attributes: `call` (e.g. "cardkit.card.update"), `code` (Feishu code; -1 for network or
     unreadable responses), `msg`, `log_id` (Feishu's X-Tt-Logid, for support), `http_status`
-    (None without a response), `rate_limited`, and `retryable` (rate limit, HTTP 429/5xx,
-    network, transient codes; everything else is permanent).
+    (None without a response), `rate_limited`, `retryable` (rate limit, HTTP 429/5xx,
+    network, transient codes; everything else is permanent) and `retry_after` (seconds the
+    server asked to wait, or None).
     """
 
     def __init__(
@@ -85,12 +113,14 @@ class LarkApiError(Exception):
         log_id: str = "",
         http_status: int | None = None,
         retryable: bool | None = None,
+        retry_after: float | None = None,
     ):
         self.call = call
         self.code = code
         self.msg = msg
         self.log_id = log_id or ""
         self.http_status = http_status
+        self.retry_after = retry_after
         self.rate_limited = code in RATE_LIMIT_CODES or http_status == 429
         if retryable is None:
             retryable = (
@@ -255,6 +285,7 @@ class LarkGateway:
                 response.msg or "",
                 log_id=response.get_log_id() or "",
                 http_status=raw.status_code if raw is not None else None,
+                retry_after=retry_after_seconds(raw.headers if raw is not None else None),
             )
         return response
 

@@ -169,6 +169,24 @@ def test_rate_limit_from_the_stub_is_retried_with_backoff(entity, lark_stub):
     assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == "eventually"
 
 
+@pytest.mark.parametrize(
+    ("header", "at_least", "at_most"),
+    [("30", 30, 31), ("86400", 299, 301), ("soon", 1, 1.26)],
+    ids=["honoured", "capped", "malformed-ignored"],
+)
+def test_retry_waits_at_least_the_servers_retry_after_capped_at_five_minutes(
+    entity, lark_stub, header, at_least, at_most
+):
+    lark_stub.fail("PUT", "/open-apis/cardkit/v1/cards/", code=230020, headers={"Retry-After": header})
+    cards.enqueue_elements(entity, {"fb_prompt": md("later")})
+    before = timezone.now()
+    cardworker.run_due()
+    row = CardUpdate.objects.get()
+    wait = (row.next_attempt_at - before).total_seconds()
+    assert row.status == WorkStatus.PENDING and row.attempts == 1
+    assert at_least <= wait <= at_most
+
+
 def test_backoff_doubles_with_jitter_and_is_capped():
     for attempts, base in [(1, 1), (2, 2), (3, 4), (8, 120), (20, 120)]:
         delay = cardworker.backoff(attempts).total_seconds()

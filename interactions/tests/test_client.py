@@ -199,3 +199,24 @@ def test_dry_run_logs_calls_with_ids_and_sizes_and_returns_synthetic_ids(make_bo
     for secret in ("SENTINEL", "ou_person", "ek-secret-value", "vt-secret-value"):
         assert secret not in text
     assert lark_stub.calls == []
+
+
+def test_retry_after_is_read_in_seconds_dates_and_feishus_header_and_bad_values_are_ignored():
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from interactions.lark.client import retry_after_seconds
+
+    in_five_minutes = format_datetime(datetime.now(UTC) + timedelta(minutes=5), usegmt=True)
+    assert retry_after_seconds({"Retry-After": "120"}) == 120
+    assert 290 < retry_after_seconds({"retry-after": in_five_minutes}) <= 300
+    assert retry_after_seconds({"x-ogw-ratelimit-reset": "3"}) == 3
+    assert retry_after_seconds({"Retry-After": "soon"}) is None
+    assert retry_after_seconds({}) is None
+
+
+def test_rate_limit_error_carries_the_servers_retry_after(lark_stub, lark_bot):
+    lark_stub.fail("POST", "/open-apis/cardkit/v1/cards", code=230020, headers={"Retry-After": "30"})
+    with pytest.raises(LarkApiError) as info:
+        gateway_for(lark_bot).create_card(feedback_card())
+    assert info.value.retry_after == 30 and info.value.rate_limited
