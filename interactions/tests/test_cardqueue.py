@@ -514,3 +514,45 @@ def test_two_workers_never_apply_one_update_twice(lark_stub, lark_bot):
         assert len(calls) == rounds, "each enqueued update applied exactly once"
         assert sequences == sorted(set(sequences))
         assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == f"round {rounds - 1}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_card_worker_process_applies_updates_and_stops_cleanly_on_sigterm(make_bot, tmp_path):
+    """The real command in its own process (dry-run bot, so no network): it recovers a stale
+    claim at start, applies due updates, and exits 0 on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.processes import child_env
+
+    bot = make_bot(app_id="cli_worker_proc")
+    stale_card = cards.register_card(bot, card_id="dry_card_stale")
+    cards.enqueue_elements(stale_card, {"fb_prompt": md("stale claim")})
+    claim_due(CardUpdate)
+    CardUpdate.objects.update(claimed_at=timezone.now() - timedelta(minutes=5))
+    fresh_card = cards.register_card(bot, card_id="dry_card_fresh")
+    cards.enqueue_elements(fresh_card, {"fb_prompt": md("fresh")})
+
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "card_worker", "--idle-sleep", "0.1"],
+            env=child_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while CardUpdate.objects.filter(status=WorkStatus.DONE).count() < 2:
+                assert process.poll() is None, log_path.read_text()[-2000:]
+                assert time.monotonic() < deadline, log_path.read_text()[-2000:]
+                time.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+    output = log_path.read_text()
+    assert "recovered 1 stale card update" in output
+    assert "element=fb_prompt sequence=1" in output

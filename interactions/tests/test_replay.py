@@ -18,6 +18,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def replay(live_server, lark_bot, monkeypatch):
+    # A server process imports lark-oapi (several seconds) at startup through its system
+    # checks; the live server thread would do it on the first request instead.
+    import interactions.lark.ingress  # noqa: F401
+
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
     def run(name: str, *args: str) -> str:
@@ -29,6 +33,8 @@ def replay(live_server, lark_bot, monkeypatch):
             lark_bot.app_id,
             "--url",
             live_server.url,
+            "--timeout",
+            "30",
             *args,
             stdout=out,
         )
@@ -89,7 +95,7 @@ def test_refused_replay_prints_the_answer_and_exits_non_zero(live_server, lark_b
         call_command(
             "lark_replay",
             str(feishu.FIXTURES / "card_action_feedback_click.json"),
-            "--app", lark_bot.app_id, "--url", live_server.url,
+            "--app", lark_bot.app_id, "--url", live_server.url, "--timeout", "30",
             "--set", "header.token=forged",
             stdout=out,
         )
@@ -121,48 +127,36 @@ def test_set_paths_create_objects_index_lists_and_parse_json_values():
 
 
 @pytest.fixture
-def daphne(lark_bot, settings):
+def daphne(lark_bot, tmp_path):
     """Cardloop under a real Daphne process on an ephemeral port, sharing the test database
     and the secret directory; yields its base URL."""
-    import os
     import socket
     import subprocess
     import sys
     import time
 
     import httpx
-    from django.db import connection
 
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        database_url = f"sqlite:///{db['NAME']}"
-    else:
-        auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-        database_url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    from tests.processes import child_env
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "botadmin.settings_test",
-        "DATABASE_URL": database_url,
-        "CARDLOOP_SECRET_DIR": str(settings.CARDLOOP_SECRET_DIR),
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "NO_PROXY": "127.0.0.1",
-    }
+    env = child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1")
+    log = (tmp_path / "daphne.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "botadmin.asgi:application"],
         env=env,
         pass_fds=[sock.fileno()],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     sock.close()
     try:
         deadline = time.monotonic() + 90
         while True:
-            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert process.poll() is None, (tmp_path / "daphne.log").read_text()[-2000:]
             try:
                 if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
                     break
@@ -174,6 +168,7 @@ def daphne(lark_bot, settings):
     finally:
         process.terminate()
         process.wait(10)
+        log.close()
 
 
 def test_replay_against_a_live_daphne_is_verified_answered_and_deduplicated(daphne, lark_bot):
