@@ -207,7 +207,9 @@ def enqueue_card(
     return _enqueue(card, card_json, {}, version)
 
 
-def enqueue_card_for_message(bot, open_message_id: str, card_json: dict[str, Any]) -> CardUpdate | None:
+def enqueue_card_for_message(
+    bot, open_message_id: str, card_json: dict[str, Any]
+) -> CardUpdate | None:
     """`enqueue_card` for the card in message `open_message_id`, registering it if needed
     (used for a callback answer card that failed validation, B12)."""
     entity = CardEntity.objects.for_message(bot, open_message_id).first() or register_card(

@@ -95,16 +95,32 @@ def apply_update(row: CardUpdate, token: str) -> str:
         else:
             gateway.batch_update_elements(card.card_id, row.elements, sequence=sequence)
     except LarkApiError as exc:
-        return _failed(row, token, card, exc, retryable=exc.retryable, code=exc.code,
-                       rate_limited=exc.rate_limited, sequence=sequence)
+        return _failed(
+            row,
+            token,
+            card,
+            exc,
+            retryable=exc.retryable,
+            code=exc.code,
+            rate_limited=exc.rate_limited,
+            sequence=sequence,
+        )
     except Exception as exc:  # noqa: BLE001 - unexpected library/bug: keep the update, retry
         log.exception("card %s: update %s raised", card.pk, row.pk)
-        return _failed(row, token, card, exc, retryable=True, code=None, rate_limited=False,
-                       sequence=sequence)
+        return _failed(
+            row, token, card, exc, retryable=True, code=None, rate_limited=False, sequence=sequence
+        )
     _pace(card, MESSAGE_INTERVAL)
     with transaction.atomic():
-        if settle(row, token, WorkStatus.DONE, sequence=sequence, card_json=None, elements={},
-                  error_code=None):
+        if settle(
+            row,
+            token,
+            WorkStatus.DONE,
+            sequence=sequence,
+            card_json=None,
+            elements={},
+            error_code=None,
+        ):
             if sequence is not None:
                 CardEntity.objects.filter(pk=card.pk, applied_sequence__lt=sequence).update(
                     applied_sequence=sequence
@@ -122,14 +138,26 @@ def _failed(row, token, card, exc, *, retryable, code, rate_limited, sequence) -
         delay = max(delay, min(timedelta(seconds=retry_after), MAX_RETRY_AFTER))
     _pace(card, delay if rate_limited else MESSAGE_INTERVAL)
     if retryable and row.attempts < MAX_ATTEMPTS:
-        log.info("card %s: update %s will retry in %.1fs (%s)", card.pk, row.pk,
-                 delay.total_seconds(), error)
-        return_to_pending(row, token, timezone.now() + delay, error=error, error_code=code,
-                          sequence=sequence)
+        log.info(
+            "card %s: update %s will retry in %.1fs (%s)",
+            card.pk,
+            row.pk,
+            delay.total_seconds(),
+            error,
+        )
+        return_to_pending(
+            row, token, timezone.now() + delay, error=error, error_code=code, sequence=sequence
+        )
         return "retry"
     status = WorkStatus.DEAD if retryable else WorkStatus.FAILED
-    log.warning("card %s: update %s %s after %d attempt(s): %s", card.pk, row.pk, status,
-                row.attempts, error)
+    log.warning(
+        "card %s: update %s %s after %d attempt(s): %s",
+        card.pk,
+        row.pk,
+        status,
+        row.attempts,
+        error,
+    )
     settle(row, token, status, error=error, error_code=code, sequence=sequence)
     return "failed"
 

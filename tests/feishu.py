@@ -67,7 +67,9 @@ def post_callback(
     """Seal `body` as Feishu does and POST it to `/lark/<app_id>/callback` with Django's test
     `client`; `headers` override / add headers (a value None removes one); `sealed` posts a
     pre-sealed `(raw, headers)` as is. Returns the response."""
-    raw, sent = sealed if sealed is not None else seal(body, encrypt_key=encrypt_key, encrypt_body=encrypt)
+    raw, sent = (
+        sealed if sealed is not None else seal(body, encrypt_key=encrypt_key, encrypt_body=encrypt)
+    )
     sent = dict(sent)
     for key, value in (headers or {}).items():
         if value is None:
@@ -75,7 +77,9 @@ def post_callback(
         else:
             sent[key] = value
     extra = {
-        f"HTTP_{k.upper().replace('-', '_')}": v for k, v in sent.items() if k.lower() != "content-type"
+        f"HTTP_{k.upper().replace('-', '_')}": v
+        for k, v in sent.items()
+        if k.lower() != "content-type"
     }
     return client.post(
         f"/lark/{app_id}/callback",

@@ -149,7 +149,9 @@ class FeishuStub:
                 if (method is None or c.method == method.upper()) and c.path.startswith(path_prefix)
             ]
 
-    def add_card(self, card: dict[str, Any], *, app_id: str = "cli_test_app", sequence: int = 0) -> str:
+    def add_card(
+        self, card: dict[str, Any], *, app_id: str = "cli_test_app", sequence: int = 0
+    ) -> str:
         """Create a card entity directly (as if another client had created it)."""
         with self._lock:
             card_id = f"7{next(self._ids):018d}"
@@ -162,7 +164,11 @@ class FeishuStub:
     def _take_failure(self, method: str, path: str) -> _Failure | None:
         with self._lock:
             for failure in self._failures:
-                if failure.method == method and path.startswith(failure.prefix) and failure.times > 0:
+                if (
+                    failure.method == method
+                    and path.startswith(failure.prefix)
+                    and failure.times > 0
+                ):
                     failure.times -= 1
                     return failure
         return None
@@ -231,7 +237,9 @@ class _Handler(BaseHTTPRequestHandler):
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self._send(status, data, "application/json; charset=utf-8", headers)
 
-    def _send(self, status: int, data: bytes, content_type: str, headers: dict | None = None) -> None:
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         for name, value in (headers or {}).items():
@@ -270,7 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._update_card(m.group(1), body, app_id)
         m = re.fullmatch(r"/open-apis/cardkit/v1/cards/([^/]+)/elements/([^/]+)", path)
         if m and method == "PUT":
-            return self._update_elements(m.group(1), {m.group(2): json.loads(body["element"])}, body, app_id)
+            return self._update_elements(
+                m.group(1), {m.group(2): json.loads(body["element"])}, body, app_id
+            )
         m = re.fullmatch(r"/open-apis/cardkit/v1/cards/([^/]+)/batch_update", path)
         if m and method == "POST":
             actions = json.loads(body["actions"])

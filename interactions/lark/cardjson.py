@@ -177,7 +177,9 @@ def _walk(
 
     child_depth = depth + 1 if tag in CONTAINER_TAGS else depth
     if tag in CONTAINER_TAGS and child_depth > MAX_CONTAINER_DEPTH:
-        problems.append(f"{path}: containers nested {child_depth} deep; at most {MAX_CONTAINER_DEPTH}")
+        problems.append(
+            f"{path}: containers nested {child_depth} deep; at most {MAX_CONTAINER_DEPTH}"
+        )
     for key in CHILD_KEYS:
         children = node.get(key)
         if children is None:
@@ -207,9 +209,7 @@ def _check_button(node: dict, path: str, problems: list[str], form: _Form | None
                 if kind == "callback" and "value" not in behavior:
                     problems.append(f"{path}.behaviors[{index}]: a callback needs a value")
                 elif kind not in ("callback", "open_url"):
-                    problems.append(
-                        f"{path}.behaviors[{index}]: type must be callback or open_url"
-                    )
+                    problems.append(f"{path}.behaviors[{index}]: type must be callback or open_url")
     if form is None:
         if "value" in node:
             problems.append(
@@ -270,9 +270,13 @@ def merge_updates(
     `dropped` lists element ids that had no matching component in the whole card.
     """
     if newer_card is not None:
-        card, dropped = replace_elements(newer_card, newer_elements) if newer_elements else (
-            newer_card,
-            set(),
+        card, dropped = (
+            replace_elements(newer_card, newer_elements)
+            if newer_elements
+            else (
+                newer_card,
+                set(),
+            )
         )
         return card, {}, dropped
     if older_card is not None:

@@ -293,7 +293,9 @@ class LarkGateway:
         """Create a CardKit card entity from Card JSON 2.0; returns its `card_id`."""
         request = (
             CreateCardRequest.builder()
-            .request_body(CreateCardRequestBody.builder().type("card_json").data(_dumps(card)).build())
+            .request_body(
+                CreateCardRequestBody.builder().type("card_json").data(_dumps(card)).build()
+            )
             .build()
         )
         response = self._call("cardkit.card.create", self.client.cardkit.v1.card.create, request)
@@ -356,7 +358,9 @@ class LarkGateway:
             .request_body(body.build())
             .build()
         )
-        self._call("cardkit.card_element.update", self.client.cardkit.v1.card_element.update, request)
+        self._call(
+            "cardkit.card_element.update", self.client.cardkit.v1.card_element.update, request
+        )
 
     def batch_update_elements(
         self,
@@ -375,7 +379,9 @@ class LarkGateway:
         body = BatchUpdateCardRequestBody.builder().actions(_dumps(actions)).sequence(sequence)
         if uuid:
             body = body.uuid(uuid)
-        request = BatchUpdateCardRequest.builder().card_id(card_id).request_body(body.build()).build()
+        request = (
+            BatchUpdateCardRequest.builder().card_id(card_id).request_body(body.build()).build()
+        )
         self._call("cardkit.card.batch_update", self.client.cardkit.v1.card.batch_update, request)
 
     def update_card(

@@ -92,7 +92,9 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
         answer = _toast("info", _("Received. Still working on it; the card will update shortly."))
     except Exception:
         log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
-        answer = _toast("error", _("Something went wrong while handling your click. Please try again."))
+        answer = _toast(
+            "error", _("Something went wrong while handling your click. Please try again.")
+        )
     _after_answer.set(functools.partial(cards.release_holds, hold))
     return answer
 
@@ -104,7 +106,9 @@ def handle_event(bot, payload: dict[str, Any]) -> None:
     try:
         future.result(timeout=_budget())
     except FutureTimeout:
-        log.warning("event %s of %s still being handled after the budget", _event_id(payload), bot.app_id)
+        log.warning(
+            "event %s of %s still being handled after the budget", _event_id(payload), bot.app_id
+        )
     except Exception:
         log.exception("event %s of %s failed", _event_id(payload), bot.app_id)
 
@@ -142,14 +146,21 @@ def _call_handler(bot, payload):
     handler = registry.handler_for(action.kind)
     if handler is None:
         log.warning(
-            "card action %s of %s: no handler for kind %r", action.event_id, bot.app_id, action.kind[:64]
+            "card action %s of %s: no handler for kind %r",
+            action.event_id,
+            bot.app_id,
+            action.kind[:64],
         )
-        return _toast("warning", _("This button is not supported. Please refresh the card.")), action
+        return _toast(
+            "warning", _("This button is not supported. Please refresh the card.")
+        ), action
     try:
         result = handler(action)
     except Exception:
         log.exception("card action %r: handler %r raised", action, action.kind)
-        return _toast("error", _("Something went wrong while handling your click. Please try again.")), action
+        return _toast(
+            "error", _("Something went wrong while handling your click. Please try again.")
+        ), action
     if result is None:
         return {}, action
     if isinstance(result, registry.Answer):
@@ -157,7 +168,9 @@ def _call_handler(bot, payload):
     if isinstance(result, dict):
         return result, action
     log.error("card action %r: handler returned %s, not an Answer", action, type(result).__name__)
-    return _toast("error", _("Something went wrong while handling your click. Please try again.")), action
+    return _toast(
+        "error", _("Something went wrong while handling your click. Please try again.")
+    ), action
 
 
 def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:

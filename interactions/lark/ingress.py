@@ -144,9 +144,13 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
         try:
             return super()._decrypt(content, encrypt_key)
         except NoAuthorizationException:
-            _reject(400, "encrypt_key_missing", "The body is encrypted but the bot has no Encrypt Key.")
+            _reject(
+                400, "encrypt_key_missing", "The body is encrypted but the bot has no Encrypt Key."
+            )
         except (ValueError, TypeError, AttributeError):  # base64, padding, UTF-8, shape
-            _reject(400, "undecryptable", "The body could not be decrypted with the bot's Encrypt Key.")
+            _reject(
+                400, "undecryptable", "The body could not be decrypted with the bot's Encrypt Key."
+            )
 
     def _verify_token(self, token, verification_token) -> None:
         try:
@@ -161,9 +165,18 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
         nonce = request.headers.get(signing.NONCE_HEADER)
         given = request.headers.get(signing.SIGNATURE_HEADER)
         if not (timestamp and nonce and given):
-            _reject(401, "missing_signature", "X-Lark-Request-Timestamp, -Nonce and X-Lark-Signature are required.")
-        if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > inbound.MAX_REQUEST_AGE.total_seconds():
-            _reject(401, "stale_request", "X-Lark-Request-Timestamp is missing, malformed or too old.")
+            _reject(
+                401,
+                "missing_signature",
+                "X-Lark-Request-Timestamp, -Nonce and X-Lark-Signature are required.",
+            )
+        if (
+            not timestamp.isdigit()
+            or abs(time.time() - int(timestamp)) > inbound.MAX_REQUEST_AGE.total_seconds()
+        ):
+            _reject(
+                401, "stale_request", "X-Lark-Request-Timestamp is missing, malformed or too old."
+            )
         expected = signing.signature(timestamp, nonce, encrypt_key, request.body)
         if not hmac.compare_digest(expected.encode(), given.encode()):
             _reject(401, "invalid_signature", "X-Lark-Signature does not match the body.")
@@ -212,7 +225,9 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
         )
     verification_token = bot.secret("verification_token")
     if not verification_token:
-        return _error(403, "callback_not_configured", "This bot has no Verification Token configured.")
+        return _error(
+            403, "callback_not_configured", "This bot has no Verification Token configured."
+        )
     credentials = lark.WebhookCredentials(bot.secret("encrypt_key"), verification_token)
 
     raw = lark.RawRequest()
@@ -237,9 +252,15 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
         log.warning("lark ingress %s: lark-oapi produced a non-JSON answer", bot.app_id)
         return _error(400, "malformed_payload", "The payload could not be answered.")
     if rejection is not None:
-        log.warning("lark ingress %s: refused (%s %s)", bot.app_id, rejection.status, rejection.code)
-        return IngressResult(rejection.status, {"error": rejection.code, "detail": rejection.detail})
-    log.warning("lark ingress %s: payload lark-oapi could not process; refused with 400", bot.app_id)
+        log.warning(
+            "lark ingress %s: refused (%s %s)", bot.app_id, rejection.status, rejection.code
+        )
+        return IngressResult(
+            rejection.status, {"error": rejection.code, "detail": rejection.detail}
+        )
+    log.warning(
+        "lark ingress %s: payload lark-oapi could not process; refused with 400", bot.app_id
+    )
     return _error(400, "malformed_payload", "The payload is not a Feishu event or callback.")
 
 
@@ -269,9 +290,7 @@ class AnswerResponse(JsonResponse):
 def callback(request, app_id: str):
     """Django view for `POST /lark/<app_id>/callback` (see module docstring)."""
     if request.method != "POST":
-        return AnswerResponse(
-            {"error": "method_not_allowed", "detail": "Use POST."}, status=405
-        )
+        return AnswerResponse({"error": "method_not_allowed", "detail": "Use POST."}, status=405)
     bot = Bot.objects.filter(app_id=app_id).first()
     if bot is None:
         return AnswerResponse(
@@ -280,6 +299,8 @@ def callback(request, app_id: str):
     try:
         body = request.body
     except RequestDataTooBig:
-        return AnswerResponse({"error": "too_large", "detail": "The body is too large."}, status=413)
+        return AnswerResponse(
+            {"error": "too_large", "detail": "The body is too large."}, status=413
+        )
     result = process(bot, body, request.headers)
     return AnswerResponse(result.body, status=result.status, after_answer=result.after_answer)

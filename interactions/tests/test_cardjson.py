@@ -38,7 +38,9 @@ def feedback_card() -> dict:
                                     "tag": "button",
                                     "name": "fb_up",
                                     "text": {"tag": "plain_text", "content": "👍"},
-                                    "behaviors": callback_behaviors({"kind": "feedback", "key": "up"}),
+                                    "behaviors": callback_behaviors(
+                                        {"kind": "feedback", "key": "up"}
+                                    ),
                                 }
                             ],
                         },
@@ -50,7 +52,9 @@ def feedback_card() -> dict:
                                     "tag": "button",
                                     "name": "fb_down",
                                     "text": {"tag": "plain_text", "content": "👎"},
-                                    "behaviors": callback_behaviors({"kind": "feedback", "key": "down"}),
+                                    "behaviors": callback_behaviors(
+                                        {"kind": "feedback", "key": "down"}
+                                    ),
                                 }
                             ],
                         },
@@ -64,7 +68,12 @@ def feedback_card() -> dict:
                         {
                             "tag": "select_static",
                             "name": "fb_reason",
-                            "options": [{"text": {"tag": "plain_text", "content": "Wrong"}, "value": "wrong"}],
+                            "options": [
+                                {
+                                    "text": {"tag": "plain_text", "content": "Wrong"},
+                                    "value": "wrong",
+                                }
+                            ],
                         },
                         {"tag": "multi_select_static", "name": "fb_tags", "options": []},
                         {"tag": "input", "name": "fb_comment"},
@@ -119,7 +128,11 @@ _SUBMIT = (*_FORM, "elements", 3)
         ((*_UP, "form_action_type"), "submit", "only buttons inside a form"),
         ((*_UP, "behaviors"), [{"type": "callback"}], "a callback needs a value"),
         ((*_UP, "action_type"), "form_submit", "form_action_type"),
-        ((*_SUBMIT, "form_action_type"), "reset", "at least one button with form_action_type submit"),
+        (
+            (*_SUBMIT, "form_action_type"),
+            "reset",
+            "at least one button with form_action_type submit",
+        ),
         ((*_SUBMIT, "name"), "", "needs a non-empty name"),
         ((*_FORM, "elements", 2, "name"), _DELETE, "input inside a form needs a non-empty name"),
         ((*_FORM, "name"), _DELETE, "a form needs a non-empty name"),

@@ -46,13 +46,16 @@ def _element_calls(stub, card_id):
     return [
         c
         for c in stub.calls
-        if c.path.startswith(f"/open-apis/cardkit/v1/cards/{card_id}") and c.method in ("PUT", "POST")
+        if c.path.startswith(f"/open-apis/cardkit/v1/cards/{card_id}")
+        and c.method in ("PUT", "POST")
     ]
 
 
 @pytest.fixture
 def entity(db, lark_stub, lark_bot):
-    return cards.send_card(lark_bot, feedback_card(), receive_id="oc_group_chat", purpose="feedback")
+    return cards.send_card(
+        lark_bot, feedback_card(), receive_id="oc_group_chat", purpose="feedback"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,7 +100,9 @@ def test_register_card_is_idempotent_fills_in_ids_and_only_moves_the_sequence_fo
 # ---------------------------------------------------------------------------------------------
 
 
-def test_element_updates_to_one_card_coalesce_into_one_request_latest_state_winning(entity, lark_stub):
+def test_element_updates_to_one_card_coalesce_into_one_request_latest_state_winning(
+    entity, lark_stub
+):
     cards.enqueue_elements(entity, {"fb_prompt": md("one")})
     cards.enqueue_elements(entity, {"fb_prompt": md("two"), "fb_form": md("form gone")})
     cards.enqueue_elements(entity, {"fb_prompt": md("three")})
@@ -106,7 +111,9 @@ def test_element_updates_to_one_card_coalesce_into_one_request_latest_state_winn
     assert _drain() == 1
     (call,) = _element_calls(lark_stub, entity.card_id)
     assert call.path.endswith("/batch_update")
-    applied = {a["params"]["element_id"]: a["params"]["element"] for a in call.field_json("actions")}
+    applied = {
+        a["params"]["element_id"]: a["params"]["element"] for a in call.field_json("actions")
+    }
     assert applied == {"fb_prompt": md("three"), "fb_form": md("form gone")}
     body = lark_stub.cards[entity.card_id].card["body"]["elements"]
     assert body[0]["content"] == "three" and body[2]["content"] == "form gone"
@@ -137,7 +144,9 @@ def test_sequences_are_strictly_increasing_per_card_across_updates_and_retries(e
 
 def test_registered_card_continues_after_the_backends_last_sequence(db, lark_stub, lark_bot):
     card_id = lark_stub.add_card(feedback_card(), sequence=41)
-    entity = cards.register_card(lark_bot, card_id=card_id, open_message_id="om_backend", sequence=41)
+    entity = cards.register_card(
+        lark_bot, card_id=card_id, open_message_id="om_backend", sequence=41
+    )
     cards.enqueue_elements(entity, {"fb_prompt": md("after backend")})
     _drain()
     assert lark_stub.cards[card_id].sequences == [42]
@@ -177,7 +186,9 @@ def test_rate_limit_from_the_stub_is_retried_with_backoff(entity, lark_stub):
 def test_retry_waits_at_least_the_servers_retry_after_capped_at_five_minutes(
     entity, lark_stub, header, at_least, at_most
 ):
-    lark_stub.fail("PUT", "/open-apis/cardkit/v1/cards/", code=230020, headers={"Retry-After": header})
+    lark_stub.fail(
+        "PUT", "/open-apis/cardkit/v1/cards/", code=230020, headers={"Retry-After": header}
+    )
     cards.enqueue_elements(entity, {"fb_prompt": md("later")})
     before = timezone.now()
     cardworker.run_due()
@@ -207,7 +218,9 @@ def test_permanent_error_is_recorded_and_not_retried(entity, lark_stub, caplog):
 
 
 def test_retryable_error_gives_up_as_dead_after_max_attempts(entity, lark_stub, settings):
-    lark_stub.fail("PUT", "/open-apis/cardkit/v1/cards/", code=230020, times=cardworker.MAX_ATTEMPTS)
+    lark_stub.fail(
+        "PUT", "/open-apis/cardkit/v1/cards/", code=230020, times=cardworker.MAX_ATTEMPTS
+    )
     cards.enqueue_elements(entity, {"fb_prompt": md("never")})
     _drain()
     row = CardUpdate.objects.get()
@@ -226,7 +239,9 @@ def test_updates_to_one_card_are_paced_five_per_second(entity, lark_stub):
     assert cardworker.run_due() == 1
 
 
-def test_update_enqueued_while_another_is_in_flight_waits_and_is_applied_after_it(entity, lark_stub):
+def test_update_enqueued_while_another_is_in_flight_waits_and_is_applied_after_it(
+    entity, lark_stub
+):
     cards.enqueue_elements(entity, {"fb_prompt": md("older")})
     token, (in_flight,) = claim_due(CardUpdate)
     newer = cards.enqueue_elements(entity, {"fb_prompt": md("newer")})
@@ -234,7 +249,9 @@ def test_update_enqueued_while_another_is_in_flight_waits_and_is_applied_after_i
     assert cardworker.run_due() == 0  # one in flight per card
     assert cardworker.apply_update(in_flight, token) == "done"
     _drain()
-    contents = [c.field_json("element")["content"] for c in _element_calls(lark_stub, entity.card_id)]
+    contents = [
+        c.field_json("element")["content"] for c in _element_calls(lark_stub, entity.card_id)
+    ]
     assert contents == ["older", "newer"]
     assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == "newer"
 
@@ -265,10 +282,16 @@ def test_whole_card_update_uses_cardkit_for_an_entity_and_patch_for_a_plain_mess
     _drain()
     (update,) = lark_stub.calls_to("PUT", f"/open-apis/cardkit/v1/cards/{entity.card_id}")
     assert update.body["sequence"] == 1
-    assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == f"whole {entity.pk}"
+    assert (
+        lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"]
+        == f"whole {entity.pk}"
+    )
     (patch,) = lark_stub.calls_to("PATCH", "/open-apis/im/v1/messages/")
     assert patch.path.endswith(plain.open_message_id)
-    assert lark_stub.messages[plain.open_message_id]["card"]["body"]["elements"][0]["content"] == f"whole {plain.pk}"
+    assert (
+        lark_stub.messages[plain.open_message_id]["card"]["body"]["elements"][0]["content"]
+        == f"whole {plain.pk}"
+    )
     assert lark_stub.calls_to("PUT", "/open-apis/im/") == []
 
 
@@ -375,7 +398,9 @@ def test_card_worker_command_once_applies_due_updates(entity, lark_stub):
     cards.enqueue_elements(entity, {"fb_prompt": md("from the command")})
     call_command("card_worker", "--once")
     assert CardUpdate.objects.get().status == WorkStatus.DONE
-    assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == "from the command"
+    assert (
+        lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == "from the command"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,7 +538,10 @@ def test_two_workers_never_apply_one_update_twice(lark_stub, lark_bot):
         sequences = [c.body["sequence"] for c in calls]
         assert len(calls) == rounds, "each enqueued update applied exactly once"
         assert sequences == sorted(set(sequences))
-        assert lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"] == f"round {rounds - 1}"
+        assert (
+            lark_stub.cards[entity.card_id].card["body"]["elements"][0]["content"]
+            == f"round {rounds - 1}"
+        )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -23,7 +23,9 @@ def test_create_send_update_patch_and_get_go_through_lark_oapi_to_the_stub(lark_
 
     card_id = gateway.create_card(feedback_card())
     message_id = gateway.send_card(receive_id="oc_group_chat", card_id=card_id, uuid="del_1")
-    gateway.update_element(card_id, "fb_prompt", {"tag": "markdown", "content": "Thanks"}, sequence=1)
+    gateway.update_element(
+        card_id, "fb_prompt", {"tag": "markdown", "content": "Thanks"}, sequence=1
+    )
     gateway.batch_update_elements(
         card_id,
         {"fb_prompt": {"tag": "markdown", "content": "Again"}, "fb_form": {"tag": "hr"}},
@@ -42,9 +44,15 @@ def test_create_send_update_patch_and_get_go_through_lark_oapi_to_the_stub(lark_
     assert send.query == {"receive_id_type": "chat_id"}
     assert send.body["uuid"] == "del_1"
     assert send.field_json("content") == {"type": "card", "data": {"card_id": card_id}}
-    assert (element.method, element.path) == ("PUT", f"/open-apis/cardkit/v1/cards/{card_id}/elements/fb_prompt")
+    assert (element.method, element.path) == (
+        "PUT",
+        f"/open-apis/cardkit/v1/cards/{card_id}/elements/fb_prompt",
+    )
     assert element.body["sequence"] == 1
-    assert [a["params"]["element_id"] for a in batch.field_json("actions")] == ["fb_prompt", "fb_form"]
+    assert [a["params"]["element_id"] for a in batch.field_json("actions")] == [
+        "fb_prompt",
+        "fb_form",
+    ]
     assert update.body["card"]["type"] == "card_json" and update.body["sequence"] == 3
     assert get.method == "GET"
     assert lark_stub.cards[card_id].sequences == [1, 2, 3]
@@ -55,12 +63,19 @@ def test_create_send_update_patch_and_get_go_through_lark_oapi_to_the_stub(lark_
 
 def test_raw_card_message_is_patched_never_put(lark_stub, lark_bot):
     gateway = gateway_for(lark_bot)
-    message_id = gateway.send_card(receive_id="ou_requester", receive_id_type="open_id", card=feedback_card())
+    message_id = gateway.send_card(
+        receive_id="ou_requester", receive_id_type="open_id", card=feedback_card()
+    )
     card = feedback_card()
     card["body"]["elements"][0]["content"] = "answered by A"
     gateway.patch_message(message_id, card)
-    assert [c.method for c in lark_stub.calls_to(path_prefix="/open-apis/im/v1/messages")] == ["POST", "PATCH"]
-    assert lark_stub.messages[message_id]["card"]["body"]["elements"][0]["content"] == "answered by A"
+    assert [c.method for c in lark_stub.calls_to(path_prefix="/open-apis/im/v1/messages")] == [
+        "POST",
+        "PATCH",
+    ]
+    assert (
+        lark_stub.messages[message_id]["card"]["body"]["elements"][0]["content"] == "answered by A"
+    )
     assert lark_stub.calls_to("PUT", "/open-apis/im") == []
 
 
@@ -77,7 +92,9 @@ def test_non_increasing_sequence_is_rejected_by_the_stub_as_a_permanent_error(la
     card_id = gateway.create_card(feedback_card())
     gateway.update_element(card_id, "fb_prompt", {"tag": "markdown", "content": "1"}, sequence=5)
     with pytest.raises(LarkApiError) as info:
-        gateway.update_element(card_id, "fb_prompt", {"tag": "markdown", "content": "2"}, sequence=5)
+        gateway.update_element(
+            card_id, "fb_prompt", {"tag": "markdown", "content": "2"}, sequence=5
+        )
     assert info.value.code == 300317
     assert info.value.retryable is False
     assert info.value.log_id.startswith("stub-log-")
@@ -100,7 +117,9 @@ def test_api_errors_carry_code_msg_log_id_and_whether_to_retry(
     lark_stub, lark_bot, code, http_status, retryable, rate_limited
 ):
     gateway = gateway_for(lark_bot)
-    lark_stub.fail("PATCH", "/open-apis/im/v1/messages/", code=code, http_status=http_status, msg="nope")
+    lark_stub.fail(
+        "PATCH", "/open-apis/im/v1/messages/", code=code, http_status=http_status, msg="nope"
+    )
     with pytest.raises(LarkApiError) as info:
         gateway.patch_message("om_any", feedback_card())
     error = info.value
@@ -112,7 +131,9 @@ def test_api_errors_carry_code_msg_log_id_and_whether_to_retry(
 
 def test_html_error_page_and_network_failure_are_retryable(lark_stub, lark_bot):
     gateway = gateway_for(lark_bot)
-    lark_stub.fail("POST", "/open-apis/cardkit/v1/cards", http_status=502, body=b"<html>bad gateway</html>")
+    lark_stub.fail(
+        "POST", "/open-apis/cardkit/v1/cards", http_status=502, body=b"<html>bad gateway</html>"
+    )
     with pytest.raises(LarkApiError) as info:
         gateway.create_card(feedback_card())
     assert info.value.retryable and info.value.code == -1
@@ -174,8 +195,12 @@ def test_dry_run_is_chosen_per_bot_unless_forced(make_bot, settings):
         gateway_for(without)
 
 
-def test_dry_run_logs_calls_with_ids_and_sizes_and_returns_synthetic_ids(make_bot, caplog, lark_stub):
-    bot = make_bot(app_id="cli_demo", encrypt_key="ek-secret-value", verification_token="vt-secret-value")
+def test_dry_run_logs_calls_with_ids_and_sizes_and_returns_synthetic_ids(
+    make_bot, caplog, lark_stub
+):
+    bot = make_bot(
+        app_id="cli_demo", encrypt_key="ek-secret-value", verification_token="vt-secret-value"
+    )
     card = feedback_card()
     card["body"]["elements"][0]["content"] = "SENTINEL answer text"
     gateway = gateway_for(bot)
@@ -183,16 +208,29 @@ def test_dry_run_logs_calls_with_ids_and_sizes_and_returns_synthetic_ids(make_bo
         card_id = gateway.create_card(card)
         message_id = gateway.send_card(receive_id="oc_group_chat", card_id=card_id, uuid="del_1")
         private = gateway.send_card(receive_id="ou_person", receive_id_type="open_id", card=card)
-        gateway.update_element(card_id, "fb_prompt", {"tag": "markdown", "content": "SENTINEL"}, sequence=2)
+        gateway.update_element(
+            card_id, "fb_prompt", {"tag": "markdown", "content": "SENTINEL"}, sequence=2
+        )
         gateway.batch_update_elements(card_id, {"a": {"tag": "hr"}, "b": {"tag": "hr"}}, sequence=3)
         gateway.update_card(card_id, card, sequence=4)
         gateway.patch_message(message_id, card)
         fetched = gateway.get_message(message_id)
-    assert card_id.startswith("dry_card_") and message_id.startswith("om_dry_") and private != message_id
+    assert (
+        card_id.startswith("dry_card_")
+        and message_id.startswith("om_dry_")
+        and private != message_id
+    )
     assert fetched["message_id"] == message_id
     text = "\n".join(r.getMessage() for r in caplog.records)
-    for call in ("cardkit.card.create", "im.message.create", "cardkit.card_element.update",
-                 "cardkit.card.batch_update", "cardkit.card.update", "im.message.patch", "im.message.get"):
+    for call in (
+        "cardkit.card.create",
+        "im.message.create",
+        "cardkit.card_element.update",
+        "cardkit.card.batch_update",
+        "cardkit.card.update",
+        "im.message.patch",
+        "im.message.get",
+    ):
         assert call in text
     assert card_id in text and message_id in text and "oc_group_chat" in text
     assert "sequence=2" in text and "elements=a,b" in text and "bytes" in text
@@ -216,7 +254,9 @@ def test_retry_after_is_read_in_seconds_dates_and_feishus_header_and_bad_values_
 
 
 def test_rate_limit_error_carries_the_servers_retry_after(lark_stub, lark_bot):
-    lark_stub.fail("POST", "/open-apis/cardkit/v1/cards", code=230020, headers={"Retry-After": "30"})
+    lark_stub.fail(
+        "POST", "/open-apis/cardkit/v1/cards", code=230020, headers={"Retry-After": "30"}
+    )
     with pytest.raises(LarkApiError) as info:
         gateway_for(lark_bot).create_card(feedback_card())
     assert info.value.retry_after == 30 and info.value.rate_limited

@@ -80,7 +80,10 @@ def test_body_encrypted_with_another_key_is_400(lark_callback, lark_bot, client)
     raw, headers = seal(body, encrypt_key="some-other-key")
     # re-sign with the right key so only the decryption can fail
     headers["X-Lark-Signature"] = signature(
-        headers["X-Lark-Request-Timestamp"], headers["X-Lark-Request-Nonce"], feishu.ENCRYPT_KEY, raw
+        headers["X-Lark-Request-Timestamp"],
+        headers["X-Lark-Request-Nonce"],
+        feishu.ENCRYPT_KEY,
+        raw,
     )
     response = feishu.post_callback(client, lark_bot.app_id, body, sealed=(raw, headers))
     assert response.status_code == 400
@@ -156,7 +159,9 @@ def test_upper_case_hex_signature_is_refused_with_401_never_500(
 ):
     """Documented choice (DEVELOPING.md): Feishu sends lower-case hex; anything else is 401."""
     handler = register_card_handler("feedback", _recording_handler())
-    raw, headers = seal(feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY)
+    raw, headers = seal(
+        feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY
+    )
     headers["X-Lark-Signature"] = headers["X-Lark-Signature"].upper()
     response = feishu.post_callback(client, lark_bot.app_id, b"", sealed=(raw, headers))
     assert response.status_code == 401
@@ -185,7 +190,11 @@ def test_request_older_than_the_replay_window_is_401(lark_callback, lark_bot, cl
 
 
 def test_signature_over_a_tampered_body_is_401(lark_callback, lark_bot, client):
-    raw, headers = seal(feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY, encrypt_body=False)
+    raw, headers = seal(
+        feishu.payload("card_action_feedback_click"),
+        encrypt_key=feishu.ENCRYPT_KEY,
+        encrypt_body=False,
+    )
     tampered = raw.replace(b"ou_requester", b"ou_attacker")
     response = feishu.post_callback(client, lark_bot.app_id, b"", sealed=(tampered, headers))
     assert response.status_code == 401
@@ -203,7 +212,9 @@ def test_wrong_verification_token_inside_a_signed_card_action_is_401(lark_callba
 # ---------------------------------------------------------------------------------------------
 
 
-def test_handler_returning_nothing_is_answered_with_empty_object(lark_callback, register_card_handler):
+def test_handler_returning_nothing_is_answered_with_empty_object(
+    lark_callback, register_card_handler
+):
     register_card_handler("feedback", _recording_handler(None))
     response = lark_callback(feishu.payload("card_action_feedback_click"))
     assert response.status_code == 200
@@ -211,7 +222,9 @@ def test_handler_returning_nothing_is_answered_with_empty_object(lark_callback, 
 
 
 def test_unknown_kind_gets_a_warning_toast(lark_callback):
-    body = feishu.payload("card_action_feedback_click", {"event.action.value.kind": "does_not_exist"})
+    body = feishu.payload(
+        "card_action_feedback_click", {"event.action.value.kind": "does_not_exist"}
+    )
     response = lark_callback(body)
     assert response.status_code == 200
     toast = _assert_json(response)["toast"]
@@ -274,7 +287,9 @@ def test_unregistered_event_type_is_acked_and_a_raising_event_handler_does_not_b
 
 def test_legacy_v1_card_callback_is_refused_with_a_json_400(lark_callback, client, lark_bot):
     body = feishu.payload("legacy_card_action_v1")
-    unsigned = client.post(f"/lark/{lark_bot.app_id}/callback", data=body, content_type="application/json")
+    unsigned = client.post(
+        f"/lark/{lark_bot.app_id}/callback", data=body, content_type="application/json"
+    )
     signed = lark_callback(body, encrypt=False)
     for response in (unsigned, signed):
         assert response.status_code == 400
@@ -303,7 +318,9 @@ def test_malformed_bodies_are_json_400s(lark_callback, raw):
 
 def test_bot_without_verification_token_refuses_callbacks(make_bot, client, transactional_db):
     bot = make_bot(app_id="cli_no_token", encrypt_key="ek")
-    response = feishu.post_callback(client, bot.app_id, feishu.payload("url_verification"), encrypt_key="ek")
+    response = feishu.post_callback(
+        client, bot.app_id, feishu.payload("url_verification"), encrypt_key="ek"
+    )
     assert response.status_code == 403
     assert _assert_json(response)["error"] == "callback_not_configured"
 
@@ -318,12 +335,19 @@ def test_value_in_action_with_unknown_keys_everywhere_is_read(lark_callback, reg
     response = lark_callback(feishu.payload("card_action_value_in_action"))
     assert response.status_code == 200
     (action,) = handler.calls
-    assert action.value == {"kind": "feedback", "delivery": "del_PLACEHOLDER", "key": "incorrect", "rev": ""}
+    assert action.value == {
+        "kind": "feedback",
+        "delivery": "del_PLACEHOLDER",
+        "key": "incorrect",
+        "rev": "",
+    }
     assert action.timezone == "Asia/Shanghai"
     assert action.name == "fb_incorrect"
 
 
-def test_minimal_operator_with_open_id_only_reaches_the_handler(lark_callback, register_card_handler):
+def test_minimal_operator_with_open_id_only_reaches_the_handler(
+    lark_callback, register_card_handler
+):
     handler = register_card_handler("feedback", _recording_handler())
     response = lark_callback(feishu.payload("card_action_minimal_operator"))
     assert response.status_code == 200
@@ -337,14 +361,18 @@ def test_minimal_operator_with_open_id_only_reaches_the_handler(lark_callback, r
 def test_string_json_value_is_decoded_for_the_handler(lark_callback, register_card_handler):
     handler = register_card_handler("feedback", _recording_handler())
     value = json.dumps({"kind": "feedback", "delivery": "del_1", "key": "k", "rev": ""})
-    response = lark_callback(feishu.payload("card_action_feedback_click", {"event.action.value": value}))
+    response = lark_callback(
+        feishu.payload("card_action_feedback_click", {"event.action.value": value})
+    )
     assert response.status_code == 200
     assert handler.calls[0].value["delivery"] == "del_1"
 
 
 @pytest.mark.parametrize("value", ["not json", "[1, 2]", 42], ids=["text", "array", "number"])
 def test_value_that_is_not_an_object_gets_a_warning_toast(lark_callback, value):
-    response = lark_callback(feishu.payload("card_action_feedback_click", {"event.action.value": value}))
+    response = lark_callback(
+        feishu.payload("card_action_feedback_click", {"event.action.value": value})
+    )
     assert response.status_code == 200
     assert _assert_json(response)["toast"]["type"] == "warning"
 
@@ -357,7 +385,9 @@ def test_form_submit_passes_form_value_to_the_handler(lark_callback, register_ca
     assert action.name == "ask_0_submit"
 
 
-def test_callback_logs_never_contain_tokens_or_operator_ids(lark_callback, register_card_handler, caplog):
+def test_callback_logs_never_contain_tokens_or_operator_ids(
+    lark_callback, register_card_handler, caplog
+):
     def broken(action):
         raise RuntimeError("handler failure")
 
@@ -366,10 +396,18 @@ def test_callback_logs_never_contain_tokens_or_operator_ids(lark_callback, regis
     with caplog.at_level(logging.DEBUG):
         lark_callback(body)
         lark_callback(body)  # duplicate
-        lark_callback(feishu.payload("card_action_feedback_click", {"event.action.value.kind": "nope"}))
+        lark_callback(
+            feishu.payload("card_action_feedback_click", {"event.action.value.kind": "nope"})
+        )
     text = "\n".join(r.getMessage() for r in caplog.records)
-    for secret in ("ou_requester", "on_requester", "c-295ee57216a5dc9de90fefd0aadb4b1d7d337bc1",
-                   feishu.VERIFICATION_TOKEN, feishu.ENCRYPT_KEY, "8675e1a2"):
+    for secret in (
+        "ou_requester",
+        "on_requester",
+        "c-295ee57216a5dc9de90fefd0aadb4b1d7d337bc1",
+        feishu.VERIFICATION_TOKEN,
+        feishu.ENCRYPT_KEY,
+        "8675e1a2",
+    ):
         assert secret not in text
 
 
@@ -381,7 +419,9 @@ def test_callback_logs_never_contain_tokens_or_operator_ids(lark_callback, regis
 def test_same_event_id_twice_runs_the_handler_once_and_repeats_the_answer(
     lark_callback, register_card_handler
 ):
-    handler = register_card_handler("feedback", _recording_handler(registry.Answer.success("Recorded")))
+    handler = register_card_handler(
+        "feedback", _recording_handler(registry.Answer.success("Recorded"))
+    )
     body = feishu.payload("card_action_feedback_click")
     first = _assert_json(lark_callback(body))
     second = _assert_json(lark_callback(body))
@@ -421,6 +461,7 @@ def test_duplicate_while_the_first_is_still_running_gets_an_info_toast(
     register_card_handler("feedback", slow)
     body = feishu.payload("card_action_feedback_click")
     results = {}
+
     def post_first():
         try:
             results["first"] = lark_callback(body)
@@ -521,5 +562,7 @@ async def test_card_action_through_the_asgi_application_is_answered_with_json(
     assert status == 200
     assert headers["content-type"] == "application/json"
     assert answer["toast"]["i18n"]["en_us"] == "Noted"
-    status, _, answer = await feishu.apost_callback(lark_bot.app_id, feishu.payload("url_verification"))
+    status, _, answer = await feishu.apost_callback(
+        lark_bot.app_id, feishu.payload("url_verification")
+    )
     assert (status, answer) == (200, {"challenge": "ajls384kdjx98XX"})

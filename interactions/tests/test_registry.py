@@ -47,7 +47,9 @@ def test_event_handlers_are_kept_in_order_without_duplicates():
 
 
 def test_toast_carries_both_languages_and_answers_serialize_to_feishus_shapes():
-    toast = registry.Toast.of("warning", _("This button is not supported. Please refresh the card."))
+    toast = registry.Toast.of(
+        "warning", _("This button is not supported. Please refresh the card.")
+    )
     assert toast.en_us == "This button is not supported. Please refresh the card."
     assert toast.zh_cn == "不支持此按钮，请刷新卡片。"
     assert toast.to_json() == {

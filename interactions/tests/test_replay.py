@@ -44,10 +44,12 @@ def replay(live_server, lark_bot, monkeypatch):
 
 
 def _answer(output: str) -> dict:
-    return json.loads(output[output.index("{"):])
+    return json.loads(output[output.index("{") :])
 
 
-def test_replayed_feedback_click_reaches_the_handler_with_the_set_value(replay, register_card_handler):
+def test_replayed_feedback_click_reaches_the_handler_with_the_set_value(
+    replay, register_card_handler
+):
     seen = []
 
     def handler(action):
@@ -78,7 +80,9 @@ def test_each_replay_gets_a_fresh_event_id_unless_one_is_set(replay, register_ca
 def test_plain_replay_is_signed_and_accepted(replay, register_card_handler):
     runs = []
     register_card_handler("feishu_ask", runs.append)
-    output = replay("card_action_ask_submit", "--plain", "--set", 'event.action.form_value.q1=["2"]')
+    output = replay(
+        "card_action_ask_submit", "--plain", "--set", 'event.action.form_value.q1=["2"]'
+    )
     assert "plain)" in output and "\n200 in " in output
     assert runs[0].form_value["q1"] == ["2"]
 
@@ -95,8 +99,14 @@ def test_refused_replay_prints_the_answer_and_exits_non_zero(live_server, lark_b
         call_command(
             "lark_replay",
             str(feishu.FIXTURES / "card_action_feedback_click.json"),
-            "--app", lark_bot.app_id, "--url", live_server.url, "--timeout", "30",
-            "--set", "header.token=forged",
+            "--app",
+            lark_bot.app_id,
+            "--url",
+            live_server.url,
+            "--timeout",
+            "30",
+            "--set",
+            "header.token=forged",
             stdout=out,
         )
     assert info.value.returncode == 1
@@ -105,7 +115,9 @@ def test_refused_replay_prints_the_answer_and_exits_non_zero(live_server, lark_b
 
 def test_unknown_app_and_unreadable_fixture_are_command_errors(lark_bot, tmp_path):
     with pytest.raises(CommandError, match="No bot"):
-        call_command("lark_replay", str(feishu.FIXTURES / "url_verification.json"), "--app", "cli_x")
+        call_command(
+            "lark_replay", str(feishu.FIXTURES / "url_verification.json"), "--app", "cli_x"
+        )
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(CommandError, match="Cannot read"):
@@ -179,10 +191,24 @@ def test_replay_against_a_live_daphne_is_verified_answered_and_deduplicated(daph
         call_command("lark_replay", *args, "--app", lark_bot.app_id, "--url", daphne, stdout=out)
         return out.getvalue()
 
-    assert _answer(run(str(feishu.FIXTURES / "url_verification.json"))) == {"challenge": "ajls384kdjx98XX"}
+    assert _answer(run(str(feishu.FIXTURES / "url_verification.json"))) == {
+        "challenge": "ajls384kdjx98XX"
+    }
     click = str(feishu.FIXTURES / "card_action_feedback_click.json")
-    first = run(click, "--set", "header.event_id=evt_daphne", "--set", "event.action.value.kind=no_such_kind")
-    again = run(click, "--set", "header.event_id=evt_daphne", "--set", "event.action.value.kind=no_such_kind")
+    first = run(
+        click,
+        "--set",
+        "header.event_id=evt_daphne",
+        "--set",
+        "event.action.value.kind=no_such_kind",
+    )
+    again = run(
+        click,
+        "--set",
+        "header.event_id=evt_daphne",
+        "--set",
+        "event.action.value.kind=no_such_kind",
+    )
     assert _answer(first)["toast"]["type"] == "warning"
     assert _answer(again) == _answer(first)
     row = InboundEvent.objects.get(event_id="evt_daphne")

@@ -29,7 +29,13 @@ def _frame(payload: dict, frame_type: str = "event") -> Frame:
     frame = Frame()
     frame.method = FrameType.DATA.value
     frame.SeqID, frame.LogID, frame.service = 1, 1, 1
-    for key, value in {"type": frame_type, "message_id": "msg-1", "trace_id": "trace-1", "sum": "1", "seq": "0"}.items():
+    for key, value in {
+        "type": frame_type,
+        "message_id": "msg-1",
+        "trace_id": "trace-1",
+        "sum": "1",
+        "seq": "0",
+    }.items():
         header = frame.headers.add()
         header.key, header.value = key, value
     frame.payload = json.dumps(payload).encode()
@@ -64,9 +70,13 @@ def _answer_of(data: bytes) -> dict:
     return json.loads(base64.b64decode(response["data"])) if response.get("data") else None
 
 
-def test_handler_with_orm_work_answers_from_inside_a_running_event_loop(lark_bot, register_card_handler):
+def test_handler_with_orm_work_answers_from_inside_a_running_event_loop(
+    lark_bot, register_card_handler
+):
     def handler(action):
-        Chat.objects.create(chat_id="oc_from_ws")  # would raise SynchronousOnlyOperation on the loop
+        Chat.objects.create(
+            chat_id="oc_from_ws"
+        )  # would raise SynchronousOnlyOperation on the loop
         return registry.Answer.success("Recorded")
 
     register_card_handler("feedback", handler)
@@ -88,8 +98,10 @@ def test_answer_frame_is_written_before_held_updates_are_released(
     entity = cards.send_card(lark_bot, feedback_card(), receive_id="oc_group_chat")
     register_card_handler(
         "feedback",
-        lambda action: cards.enqueue_elements(entity, {"fb_prompt": {"tag": "markdown", "content": "x"}})
-        and registry.Answer.success("Recorded"),
+        lambda action: (
+            cards.enqueue_elements(entity, {"fb_prompt": {"tag": "markdown", "content": "x"}})
+            and registry.Answer.success("Recorded")
+        ),
     )
     held_when_written = []
 
@@ -116,7 +128,9 @@ def test_card_typed_frames_are_answered_like_event_frames(lark_bot, register_car
     assert _answer_of(written[0])["toast"]["i18n"]["en_us"] == "Seen"
 
 
-def test_ordinary_event_over_the_long_connection_reaches_handlers_once(lark_bot, register_card_handler):
+def test_ordinary_event_over_the_long_connection_reaches_handlers_once(
+    lark_bot, register_card_handler
+):
     seen = []
     register_card_handler.event("im.message.receive_v1", seen.append)
     body = feishu.payload("im_message_receive")
@@ -133,7 +147,9 @@ def test_unknown_kind_and_raising_handler_still_answer_over_the_long_connection(
 
     register_card_handler("feedback", broken)
     unknown = feishu.payload("card_action_feedback_click", {"event.action.value.kind": "nope"})
-    written = _serve(lark_bot, _frame(feishu.payload("card_action_feedback_click")), _frame(unknown))
+    written = _serve(
+        lark_bot, _frame(feishu.payload("card_action_feedback_click")), _frame(unknown)
+    )
     assert [_answer_of(data)["toast"]["type"] for data in written] == ["error", "warning"]
 
 
