@@ -584,3 +584,27 @@ def test_card_worker_process_applies_updates_and_stops_cleanly_on_sigterm(make_b
     output = log_path.read_text()
     assert "recovered 1 stale card update" in output
     assert "element=fb_prompt sequence=1" in output
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_held_updates_are_released_once_the_asgi_response_was_sent(
+    lark_stub, lark_bot, register_card_handler
+):
+    from asgiref.sync import sync_to_async
+
+    entity = await sync_to_async(cards.send_card)(
+        lark_bot, feedback_card(), receive_id="oc_group_chat"
+    )
+
+    def handler(action):
+        cards.enqueue_elements(entity, {"fb_prompt": md("via asgi")})
+        return registry.Answer.success("Recorded")
+
+    register_card_handler("feedback", handler)
+    status, _, answer = await feishu.apost_callback(
+        lark_bot.app_id, feishu.payload("card_action_feedback_click")
+    )
+    assert status == 200 and answer["toast"]["type"] == "success"
+    row = await CardUpdate.objects.aget()
+    assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
