@@ -607,4 +607,5 @@ async def test_held_updates_are_released_once_the_asgi_response_was_sent(
     )
     assert status == 200 and answer["toast"]["type"] == "success"
     row = await CardUpdate.objects.aget()
+    await sync_to_async(connections.close_all)()  # the async ORM's thread keeps its session
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
