@@ -82,3 +82,94 @@ def bot_client(make_bot, make_api_key):
     client.bot = bot
     client.raw_key = raw
     return client
+
+
+# ---------------------------------------------------------------------------------------------
+# Feishu: stub Open API, a bot with credentials, posting callbacks, registering handlers
+# (helpers in tests/feishu.py, the stub in tests/lark_stub.py; see docs/DEVELOPING.md)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lark_stub(settings, monkeypatch):
+    """A loopback stub of the Feishu Open API (tests/lark_stub.py), started on an ephemeral
+    port; every lark-oapi client of the test talks to it (`CARDLOOP_LARK_DOMAIN`)."""
+    from interactions.lark.client import reset_clients
+    from tests.lark_stub import FeishuStub
+
+    stub = FeishuStub().start()
+    settings.CARDLOOP_LARK_DOMAIN = stub.url
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    reset_clients()
+    yield stub
+    stub.stop()
+    reset_clients()
+
+
+@pytest.fixture
+def lark_bot(make_bot):
+    """The bot `cli_test_app` with an app secret, Encrypt Key and Verification Token
+    (`tests.feishu.APP_SECRET`, `ENCRYPT_KEY`, `VERIFICATION_TOKEN`; the fixtures' token)."""
+    from tests import feishu
+
+    return make_bot(
+        app_id=feishu.APP_ID,
+        app_secret=feishu.APP_SECRET,
+        encrypt_key=feishu.ENCRYPT_KEY,
+        verification_token=feishu.VERIFICATION_TOKEN,
+    )
+
+
+@pytest.fixture
+def lark_callback(transactional_db, lark_bot, client):
+    """`lark_callback(payload, *, encrypt=True, headers=None)`: encrypt + sign `payload` (a
+    dict, e.g. `tests.feishu.payload("card_action_feedback_click")`) for `lark_bot` and POST it
+    to its callback URL with Django's test client. Handlers run in worker threads, hence the
+    transactional database."""
+    from tests import feishu
+
+    def post(body, *, encrypt=True, headers=None, bot=None):
+        bot = bot or lark_bot
+        return feishu.post_callback(
+            client,
+            bot.app_id,
+            body,
+            encrypt_key=bot.secret("encrypt_key"),
+            encrypt=encrypt,
+            headers=headers,
+        )
+
+    return post
+
+
+@pytest.fixture
+def register_card_handler():
+    """`register_card_handler(kind, fn)` / `register_card_handler.event(type, fn)`: register a
+    card-action (or event) handler for this test only. A handler an app registered for the
+    same kind is set aside meanwhile and restored afterwards."""
+    from interactions import registry
+
+    kinds: list[tuple[str, object]] = []
+    events: list[tuple[str, object]] = []
+
+    def register(kind, handler):
+        previous = registry.handler_for(kind)
+        registry.unregister(kind)
+        registry.register(kind, handler)
+        kinds.append((kind, previous))
+        return handler
+
+    def register_event(event_type, handler):
+        registry.register_event(event_type, handler)
+        events.append((event_type, handler))
+        return handler
+
+    register.event = register_event
+    yield register
+    for kind, previous in reversed(kinds):
+        registry.unregister(kind)
+        if previous is not None:
+            registry.register(kind, previous)
+    for event_type, handler in events:
+        registry.unregister_event(event_type, handler)

@@ -1,1 +1,172 @@
-"""Models of the interactions app."""
+"""Models of the interactions app: Feishu events seen (dedupe), card entities Cardloop updates,
+and the durable card-update queue.
+
+State changes live in service modules next to these models:
+`interactions/inbound.py` (claim / finish / prune of `InboundEvent`), `interactions/cards.py`
+(send, register, enqueue, release holds) and `interactions/cardworker.py` (apply queued updates).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from botadmin.models import Bot
+from interactions.workqueue import WorkItem, WorkStatus
+
+
+class InboundEventQuerySet(models.QuerySet):
+    def received_before(self, when):
+        """Rows received before `when` (what the retention sweep deletes)."""
+        return self.filter(received_at__lt=when)
+
+
+class InboundEvent(models.Model):
+    """One Feishu callback or event Cardloop accepted, keyed by (bot, `header.event_id`).
+
+    The unique row is the transport-level dedupe: it is inserted (autocommit) before any handler
+    runs, so a redelivered or concurrently duplicated event finds it in every process and gets
+    the stored answer instead of a second side effect (failure mode B06). Only the toast of the
+    answer is kept (`answer`), never a card, a callback token, an operator id or form input.
+    Rows are deleted after `interactions.inbound.RETENTION` by the card worker's sweep.
+    """
+
+    class Status(models.TextChoices):
+        PROCESSING = "processing", _("processing")
+        ANSWERED = "answered", _("answered")
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="+")
+    event_id = models.CharField(_("event_id"), max_length=64)
+    event_type = models.CharField(_("event type"), max_length=100)
+    status = models.CharField(
+        _("status"), max_length=12, choices=Status.choices, default=Status.PROCESSING
+    )
+    answer = models.JSONField(_("answer (toast only)"), null=True, blank=True)
+    received_at = models.DateTimeField(_("received at"), default=timezone.now, db_index=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    objects = InboundEventQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("inbound Feishu event")
+        verbose_name_plural = _("inbound Feishu events")
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "event_id"], name="inbound_event_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.event_id}"
+
+
+class CardEntityQuerySet(models.QuerySet):
+    def for_message(self, bot: Bot, open_message_id: str):
+        """The card shown in message `open_message_id` of `bot` (0 or 1 row)."""
+        return self.filter(bot=bot, open_message_id=open_message_id)
+
+    def for_card_id(self, bot: Bot, card_id: str):
+        """The CardKit card entity `card_id` of `bot` (0 or 1 row)."""
+        return self.filter(bot=bot, card_id=card_id)
+
+
+class CardEntity(models.Model):
+    """A card Cardloop updates after it was sent: a CardKit card entity (`card_id`, updated with
+    CardKit's increasing `sequence`) or a plain interactive message (`card_id` empty, updated
+    with a whole-card message PATCH). Never stores the card's content.
+
+    - `sequence`: the last CardKit `sequence` Cardloop issued for this card (every request takes
+      the next number, so sequences are strictly increasing even across retries).
+    - `applied_sequence`: the highest sequence Feishu acknowledged.
+    - `state_version`: the highest desired-state version enqueued by a caller that passes
+      `version=` (an older version is dropped, so a late update never brings back an old state).
+    - `next_send_at`: pacing; Feishu allows 5 updates per second per message.
+    """
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="card_entities")
+    card_id = models.CharField(_("card_id"), max_length=64, blank=True, default="")
+    open_message_id = models.CharField(_("open_message_id"), max_length=64, blank=True, default="")
+    purpose = models.CharField(
+        _("purpose"),
+        max_length=32,
+        blank=True,
+        default="",
+        help_text=_("Who owns the card: feedback, progress, approval, …"),
+    )
+    sequence = models.PositiveIntegerField(_("last sequence issued"), default=0)
+    applied_sequence = models.PositiveIntegerField(_("last sequence applied"), default=0)
+    state_version = models.BigIntegerField(_("state version"), default=0)
+    next_send_at = models.DateTimeField(_("next update not before"), default=timezone.now)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    objects = CardEntityQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("card entity")
+        verbose_name_plural = _("card entities")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "card_id"], condition=~Q(card_id=""), name="card_entity_card_id"
+            ),
+            models.UniqueConstraint(
+                fields=["bot", "open_message_id"],
+                condition=~Q(open_message_id=""),
+                name="card_entity_message",
+            ),
+            models.CheckConstraint(
+                condition=~Q(card_id="") | ~Q(open_message_id=""),
+                name="card_entity_has_an_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.card_id or self.open_message_id
+
+
+class CardUpdate(WorkItem):
+    """A queued update of one card: either a whole card (`card_json`) or element replacements
+    (`elements`: element_id → full element JSON). At most one *pending* row per card (database
+    constraint): a new update merges into it (latest state wins per element, a whole card
+    replaces everything), so a burst of clicks becomes one request.
+
+    `hold_token` marks an update enqueued while a Feishu callback was being answered: it is not
+    due (`next_attempt_at` in the future) until the answer was sent, when the ingress releases
+    it; the time-based fallback makes it due anyway. The payload is cleared once applied.
+    """
+
+    card = models.ForeignKey(CardEntity, on_delete=models.CASCADE, related_name="updates")
+    card_json = models.JSONField(_("whole card"), null=True, blank=True)
+    elements = models.JSONField(_("element updates"), default=dict, blank=True)
+    sequence = models.PositiveIntegerField(_("sequence of the last attempt"), null=True, blank=True)
+    hold_token = models.CharField(max_length=32, blank=True, default="")
+    error_code = models.BigIntegerField(_("Feishu error code"), null=True, blank=True)
+    coalesced_into = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text=_("Set when this update was retried as part of a newer one."),
+    )
+
+    class Meta:
+        verbose_name = _("card update")
+        verbose_name_plural = _("card updates")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["card"],
+                condition=Q(status=WorkStatus.PENDING),
+                name="card_update_one_pending",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="card_update_due"),
+            models.Index(
+                fields=["hold_token"], condition=~Q(hold_token=""), name="card_update_hold"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        what = "card" if self.card_json is not None else ",".join(sorted(self.elements)) or "-"
+        return f"{self.card} [{what}] {self.status}"

@@ -1,0 +1,290 @@
+"""Card JSON 2.0: the validator every card renderer's tests use, and pure helpers for the
+card-update queue (element replacement, merging queued updates).
+
+No I/O and no Django here: state in, dict or problems out.
+
+Rules come from the Feishu docs summarised in `research/feishu.md` §5 and gotcha 13–14, and
+from failure modes B10 (buttons carry their value in `behaviors`), B12 (a card answered in a
+callback must be valid 2.0) and B13 (`config.update_multi` before and after an update).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+#: Feishu rejects cards above 30 KB for send, patch and update (errors 230025 / 200860).
+MAX_CARD_BYTES = 30 * 1024
+#: At most 200 components per 2.0 card.
+MAX_COMPONENTS = 200
+#: Containers nest at most 5 levels.
+MAX_CONTAINER_DEPTH = 5
+#: element_id: letters, digits and `_`, starting with a letter, at most 20 characters.
+ELEMENT_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,19}$")
+
+#: Tags removed in schema 2.0 (patch sub-error 200861).
+REMOVED_TAGS = frozenset({"action", "note"})
+#: Components that contain other components.
+CONTAINER_TAGS = frozenset(
+    {"column_set", "column", "form", "collapsible_panel", "interactive_container"}
+)
+#: Interactive components that need a card-unique, non-empty `name` inside a form (200530).
+FORM_FIELD_TAGS = frozenset(
+    {
+        "input",
+        "select_static",
+        "multi_select_static",
+        "select_person",
+        "multi_select_person",
+        "select_img",
+        "date_picker",
+        "picker_time",
+        "picker_datetime",
+        "checker",
+        "button",
+    }
+)
+#: Tagged property objects that are not components (not counted, not walked).
+TEXT_OBJECT_TAGS = frozenset({"plain_text", "lark_md", "standard_icon", "custom_icon"})
+#: Keys under which a component holds child components.
+CHILD_KEYS = ("elements", "columns")
+
+
+def card_bytes(card: Any) -> bytes:
+    """The compact UTF-8 JSON of `card`, as Cardloop sends it (what the 30 KB limit counts)."""
+    return json.dumps(card, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def validate_card(card: Any) -> list[str]:
+    """Check a Card JSON 2.0 object; returns a list of problems (empty = valid).
+
+    Each problem is `"<json path>: <what is wrong>"`. Checked: `schema` is "2.0";
+    `config.update_multi` is true; elements live under `body.elements` (no top-level
+    `elements`); no `action`/`note` tags; a button outside a form has no top-level `value`
+    (its callback value lives in `behaviors`) and no `form_action_type`; a form button uses
+    `form_action_type` (not the old `action_type`), and a submit button has a `name`;
+    `multi_select_static` only inside a form; forms only directly in `body.elements`, not nested,
+    each with at least one submit button; every form component has a non-empty `name`; `name`s
+    and `element_id`s are unique in the card; `element_id` matches `ELEMENT_ID_RE`; at most
+    30 KB of JSON, 200 components and 5 nested container levels.
+    """
+    problems: list[str] = []
+    if not isinstance(card, dict):
+        return ["$: a card must be a JSON object"]
+    if card.get("schema") != "2.0":
+        problems.append('$.schema: must be "2.0"')
+    config = card.get("config")
+    if not isinstance(config, dict) or config.get("update_multi") is not True:
+        problems.append("$.config.update_multi: must be true (shared card, updatable)")
+    if "elements" in card:
+        problems.append("$.elements: schema 2.0 puts elements under body.elements")
+    body = card.get("body")
+    elements = body.get("elements") if isinstance(body, dict) else None
+    if not isinstance(elements, list):
+        problems.append("$.body.elements: must be a list of components")
+        elements = []
+
+    state = _WalkState()
+    for index, element in enumerate(elements):
+        _walk(element, f"$.body.elements[{index}]", state, problems, depth=0, form=None, root=True)
+
+    if state.components > MAX_COMPONENTS:
+        problems.append(f"$: {state.components} components; at most {MAX_COMPONENTS}")
+    size = len(card_bytes(card))
+    if size > MAX_CARD_BYTES:
+        problems.append(f"$: {size} bytes of JSON; at most {MAX_CARD_BYTES}")
+    return problems
+
+
+class _WalkState:
+    def __init__(self) -> None:
+        self.components = 0
+        self.names: dict[str, str] = {}
+        self.element_ids: dict[str, str] = {}
+
+
+class _Form:
+    def __init__(self) -> None:
+        self.submit_buttons = 0
+
+
+def _walk(
+    node: Any,
+    path: str,
+    state: _WalkState,
+    problems: list[str],
+    *,
+    depth: int,
+    form: _Form | None,
+    root: bool = False,
+) -> None:
+    if not isinstance(node, dict):
+        problems.append(f"{path}: a component must be a JSON object")
+        return
+    tag = node.get("tag")
+    if not isinstance(tag, str) or not tag:
+        problems.append(f"{path}: a component needs a tag")
+        return
+    if tag in TEXT_OBJECT_TAGS:
+        return
+    state.components += 1
+
+    if tag in REMOVED_TAGS:
+        problems.append(f"{path}: tag {tag!r} does not exist in schema 2.0 (use column_set)")
+
+    element_id = node.get("element_id")
+    if element_id is not None:
+        if not isinstance(element_id, str) or not ELEMENT_ID_RE.match(element_id):
+            problems.append(
+                f"{path}.element_id: {element_id!r} must be letters, digits or _, "
+                "start with a letter, at most 20 characters"
+            )
+        elif element_id in state.element_ids:
+            problems.append(
+                f"{path}.element_id: {element_id!r} is also used at {state.element_ids[element_id]}"
+            )
+        else:
+            state.element_ids[element_id] = path
+
+    name = node.get("name")
+    if isinstance(name, str) and name:
+        if name in state.names:
+            problems.append(f"{path}.name: {name!r} is also used at {state.names[name]}")
+        else:
+            state.names[name] = path
+    elif form is not None and tag in FORM_FIELD_TAGS:
+        problems.append(f"{path}.name: a {tag} inside a form needs a non-empty name (200530)")
+
+    if tag == "multi_select_static" and form is None:
+        problems.append(f"{path}: multi_select_static is only allowed inside a form")
+
+    if tag == "button":
+        _check_button(node, path, problems, form)
+
+    child_form = form
+    if tag == "form":
+        if not root:
+            problems.append(f"{path}: a form may only sit directly in body.elements")
+        if form is not None:
+            problems.append(f"{path}: forms cannot be nested")
+        if not (isinstance(name, str) and name):
+            problems.append(f"{path}.name: a form needs a non-empty name")
+        child_form = _Form()
+    if tag == "table" and form is not None:
+        problems.append(f"{path}: a table cannot sit inside a form")
+
+    child_depth = depth + 1 if tag in CONTAINER_TAGS else depth
+    if tag in CONTAINER_TAGS and child_depth > MAX_CONTAINER_DEPTH:
+        problems.append(
+            f"{path}: containers nested {child_depth} deep; at most {MAX_CONTAINER_DEPTH}"
+        )
+    for key in CHILD_KEYS:
+        children = node.get(key)
+        if children is None:
+            continue
+        if not isinstance(children, list):
+            problems.append(f"{path}.{key}: must be a list")
+            continue
+        for index, child in enumerate(children):
+            _walk(
+                child, f"{path}.{key}[{index}]", state, problems, depth=child_depth, form=child_form
+            )
+
+    if tag == "form" and child_form is not None and child_form.submit_buttons == 0:
+        problems.append(f"{path}: a form needs at least one button with form_action_type submit")
+
+
+def _check_button(node: dict, path: str, problems: list[str], form: _Form | None) -> None:
+    if "action_type" in node:
+        problems.append(f"{path}.action_type: the 2.0 name is form_action_type")
+    behaviors = node.get("behaviors")
+    if behaviors is not None:
+        if not isinstance(behaviors, list):
+            problems.append(f"{path}.behaviors: must be a list")
+        else:
+            for index, behavior in enumerate(behaviors):
+                kind = behavior.get("type") if isinstance(behavior, dict) else None
+                if kind == "callback" and "value" not in behavior:
+                    problems.append(f"{path}.behaviors[{index}]: a callback needs a value")
+                elif kind not in ("callback", "open_url"):
+                    problems.append(f"{path}.behaviors[{index}]: type must be callback or open_url")
+    if form is None:
+        if "value" in node:
+            problems.append(
+                f"{path}.value: a 2.0 button outside a form carries its value in "
+                'behaviors [{"type":"callback","value":…}], not at the top level (B10)'
+            )
+        if "form_action_type" in node:
+            problems.append(f"{path}.form_action_type: only buttons inside a form submit it")
+        return
+    action = node.get("form_action_type")
+    if action == "submit":
+        form.submit_buttons += 1
+    elif action not in (None, "reset"):
+        problems.append(f"{path}.form_action_type: must be submit or reset")
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for the card-update queue
+# ---------------------------------------------------------------------------------------------
+
+
+def replace_elements(card: dict, elements: dict[str, dict]) -> tuple[dict, set[str]]:
+    """Return a copy of `card` with every component whose `element_id` is a key of `elements`
+    replaced by that element (which keeps the `element_id`), and the set of ids not found."""
+    result = copy.deepcopy(card)
+    missing = set(elements)
+
+    def visit(node: Any) -> Any:
+        if isinstance(node, dict):
+            element_id = node.get("element_id")
+            if isinstance(element_id, str) and element_id in elements:
+                missing.discard(element_id)
+                replacement = copy.deepcopy(elements[element_id])
+                replacement["element_id"] = element_id
+                return replacement
+            for key in CHILD_KEYS:
+                if isinstance(node.get(key), list):
+                    node[key] = [visit(child) for child in node[key]]
+        return node
+
+    body = result.get("body")
+    if isinstance(body, dict) and isinstance(body.get("elements"), list):
+        body["elements"] = [visit(child) for child in body["elements"]]
+    return result, missing
+
+
+def merge_updates(
+    older_card: dict | None,
+    older_elements: dict[str, dict],
+    newer_card: dict | None,
+    newer_elements: dict[str, dict],
+) -> tuple[dict | None, dict[str, dict], set[str]]:
+    """Merge two queued updates of one card, the newer winning.
+
+    Returns `(card, elements, dropped)`: a whole card when either side has one (a newer whole
+    card replaces everything; newer element updates are folded into an older whole card by
+    `element_id`), otherwise the union of element updates with the newer value per id.
+    `dropped` lists element ids that had no matching component in the whole card.
+    """
+    if newer_card is not None:
+        card, dropped = (
+            replace_elements(newer_card, newer_elements)
+            if newer_elements
+            else (
+                newer_card,
+                set(),
+            )
+        )
+        return card, {}, dropped
+    if older_card is not None:
+        card, dropped = replace_elements(older_card, {**older_elements, **newer_elements})
+        return card, {}, dropped
+    return None, {**older_elements, **newer_elements}, set()
+
+
+def callback_behaviors(value: dict[str, Any]) -> list[dict[str, Any]]:
+    """`behaviors` for a 2.0 button whose click sends `value` to Cardloop's callback (B10)."""
+    return [{"type": "callback", "value": value}]

@@ -1,0 +1,219 @@
+"""From a verified Feishu payload to handlers and back to an answer — shared by the HTTP ingress
+(`interactions.lark.ingress`) and the long connection (`interactions.lark.ws`).
+
+`handle_card_action(bot, payload)` → answer dict, always within the budget:
+
+1. the work runs in a worker thread (`POOL`) with its own database connection, so neither a
+   request thread nor the long connection's event loop does ORM work (feishu.md §4 gotcha 9);
+2. dedupe: `interactions.inbound.claim_event` on `header.event_id`; a repeat gets the first
+   answer's toast or an info toast, and no handler runs again (B06);
+3. the callback value (`action.value`, object or JSON string) picks the handler by `kind`
+   (`interactions.registry`); unknown kind → warning toast; a handler that raises → error
+   toast with the traceback logged; never a 500 (B07);
+4. an answer card that fails `validate_card` is dropped from the answer (toast only) and queued
+   as a card update to apply after the answer (B12);
+5. updates the handler enqueues are held until the answer was sent (`interactions.cards`); the
+   transport calls `take_after_answer()` and runs it once the answer left;
+6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.5) the answer is an info toast while the handler
+   finishes in its thread.
+
+`handle_event(bot, payload)` does the same for ordinary events (dedupe, every handler from
+`registry.event_handlers`, errors logged); the transport acks Feishu regardless.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.utils.translation import gettext_lazy as _
+
+from interactions import cards, inbound, registry
+from interactions.lark.cardjson import validate_card
+
+log = logging.getLogger(__name__)
+
+#: Threads running handlers. A handler past the budget keeps its thread until it finishes.
+POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lark-handler")
+
+_after_answer: ContextVar[Callable[[], Any] | None] = ContextVar("lark_after_answer", default=None)
+
+
+def take_after_answer() -> Callable[[], Any] | None:
+    """What the transport must run once the answer it got from `handle_card_action` in this
+    context has been sent (release held card updates). Clears it."""
+    action = _after_answer.get()
+    _after_answer.set(None)
+    return action
+
+
+def reset_after_answer() -> None:
+    """Forget any pending after-answer action of this context (start of a request)."""
+    _after_answer.set(None)
+
+
+def _budget() -> float:
+    return float(settings.CARDLOOP_CALLBACK_BUDGET)
+
+
+def _toast(type_: str, message) -> dict[str, Any]:
+    return {"toast": registry.Toast.of(type_, message).to_json()}
+
+
+def run_isolated(fn, *args):
+    """Run `fn(*args)` in this pool thread with fresh database connections, closed after."""
+    try:
+        return fn(*args)
+    finally:
+        connections.close_all()
+
+
+def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
+    """Answer a verified `card.action.trigger` payload of `bot` (dict) with the callback
+    response body (`{}`, toast and/or raw card) within the callback budget. Never raises."""
+    hold = cards.Hold()
+    future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
+    try:
+        answer = future.result(timeout=_budget())
+    except FutureTimeout:
+        log.warning(
+            "card action %s of %s ran past the %.1fs budget; answered with an info toast",
+            _event_id(payload),
+            bot.app_id,
+            _budget(),
+        )
+        answer = _toast("info", _("Received. Still working on it; the card will update shortly."))
+    except Exception:
+        log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
+        answer = _toast(
+            "error", _("Something went wrong while handling your click. Please try again.")
+        )
+    _after_answer.set(functools.partial(cards.release_holds, hold))
+    return answer
+
+
+def handle_event(bot, payload: dict[str, Any]) -> None:
+    """Deliver a verified ordinary event of `bot` to its registered handlers (within the
+    budget; a slow handler keeps running in its thread). Never raises."""
+    future = POOL.submit(run_isolated, _deliver_event, bot, payload)
+    try:
+        future.result(timeout=_budget())
+    except FutureTimeout:
+        log.warning(
+            "event %s of %s still being handled after the budget", _event_id(payload), bot.app_id
+        )
+    except Exception:
+        log.exception("event %s of %s failed", _event_id(payload), bot.app_id)
+
+
+def _event_id(payload: dict[str, Any]) -> str:
+    header = payload.get("header")
+    event_id = header.get("event_id") if isinstance(header, dict) else payload.get("uuid")
+    return event_id if isinstance(event_id, str) else ""
+
+
+def _answer_card_action(bot, payload: dict[str, Any], hold: cards.Hold) -> dict[str, Any]:
+    event_id = _event_id(payload)
+    row = None
+    if event_id:
+        row, created = inbound.claim_event(bot, event_id, "card.action.trigger")
+        if not created:
+            log.info("card action %s of %s is a duplicate; not handled again", event_id, bot.app_id)
+            return inbound.duplicate_answer(row)
+    else:
+        log.warning("card action of %s without header.event_id: cannot deduplicate", bot.app_id)
+    with cards.holding(hold):
+        answer, action = _call_handler(bot, payload)
+        answer = _checked_card(bot, action, answer)
+    if row is not None:
+        inbound.finish_event(row, answer)
+    return answer
+
+
+def _call_handler(bot, payload):
+    try:
+        action = registry.CardAction.from_payload(bot, payload)
+    except registry.InvalidCallback as exc:
+        log.warning("card action %s of %s: %s", _event_id(payload), bot.app_id, exc)
+        return _toast("warning", _("This button has no action Cardloop understands.")), None
+    handler = registry.handler_for(action.kind)
+    if handler is None:
+        log.warning(
+            "card action %s of %s: no handler for kind %r",
+            action.event_id,
+            bot.app_id,
+            action.kind[:64],
+        )
+        return _toast(
+            "warning", _("This button is not supported. Please refresh the card.")
+        ), action
+    try:
+        result = handler(action)
+    except Exception:
+        log.exception("card action %r: handler %r raised", action, action.kind)
+        return _toast(
+            "error", _("Something went wrong while handling your click. Please try again.")
+        ), action
+    if result is None:
+        return {}, action
+    if isinstance(result, registry.Answer):
+        return result.to_json(), action
+    if isinstance(result, dict):
+        return result, action
+    log.error("card action %r: handler returned %s, not an Answer", action, type(result).__name__)
+    return _toast(
+        "error", _("Something went wrong while handling your click. Please try again.")
+    ), action
+
+
+def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:
+    """B12: a card in the answer must be valid Card JSON 2.0; otherwise answer toast-only and
+    queue the card as an update after the answer."""
+    card = answer.get("card")
+    if card is None:
+        return answer
+    data = card.get("data") if isinstance(card, dict) else None
+    problems = ["$: the answer card must be {type: raw, data: {…}}"]
+    if isinstance(card, dict) and card.get("type") == "raw":
+        problems = validate_card(data)
+    elif isinstance(card, dict) and card.get("type") == "template":
+        return answer
+    if not problems:
+        return answer
+    answer = {k: v for k, v in answer.items() if k != "card"}
+    log.warning(
+        "card action %r: answer card invalid (%s); answered toast-only, card queued as an update",
+        action,
+        "; ".join(problems[:3]),
+    )
+    if action is not None and action.open_message_id and isinstance(data, dict):
+        try:
+            cards.enqueue_card_for_message(bot, action.open_message_id, data)
+        except Exception:
+            log.exception("card action %r: could not queue the answer card", action)
+    return answer
+
+
+def _deliver_event(bot, payload: dict[str, Any]) -> None:
+    event = registry.LarkEvent.from_payload(bot, payload)
+    if event.event_id:
+        row, created = inbound.claim_event(bot, event.event_id, event.event_type or "p1")
+        if not created:
+            log.info("event %s of %s is a duplicate; not handled again", event.event_id, bot.app_id)
+            return
+    else:
+        row = None
+    for handler in registry.event_handlers(event.event_type):
+        try:
+            handler(event)
+        except Exception:
+            log.exception("%r: handler %r raised", event, getattr(handler, "__qualname__", handler))
+    if row is not None:
+        inbound.finish_event(row, None)

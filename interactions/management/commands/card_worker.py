@@ -1,0 +1,44 @@
+"""`python manage.py card_worker`: apply queued card updates to Feishu (CardKit / PATCH).
+
+Safe to run in N copies (claims are exclusive, see `interactions.workqueue`). SIGTERM / SIGINT
+stop it after the update in progress; claimed updates not started yet go back to the queue.
+Stale claims of dead workers are recovered at start and every `--period` seconds, when old
+dedupe rows and finished updates are also swept. `manage.py serve` starts it beside Daphne.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from interactions import cardworker, inbound
+from interactions.workqueue import WorkerLoop
+
+
+class Command(BaseCommand):
+    help = "Apply queued Feishu card updates (run beside the web server; safe in N copies)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="One batch, then exit.")
+        parser.add_argument("--batch", type=int, default=10, help="Updates claimed per batch.")
+        parser.add_argument(
+            "--idle-sleep", type=float, default=0.25, help="Seconds to wait when nothing is due."
+        )
+        parser.add_argument(
+            "--period", type=float, default=10.0, help="Seconds between recovery/sweep runs."
+        )
+
+    def handle(self, *args, once, batch, idle_sleep, period, **options):
+        loop = WorkerLoop(
+            lambda: cardworker.run_due(batch, should_stop=loop.stop_event.is_set),
+            name="card_worker",
+            idle_sleep=idle_sleep,
+            periodic=[
+                cardworker.recover_stale_updates,
+                inbound.prune_events,
+                cardworker.prune_finished,
+            ],
+            period=period,
+        )
+        if not once:
+            loop.install_signal_handlers()
+        loop.run(once=once)
