@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -254,15 +255,54 @@ class WorkerTerminal(models.Model):
         return f"{self.session_id}/{self.turn_id}#{self.attempt} {self.status}"
 
 
+class EventQuerySet(models.QuerySet):
+    def in_feed(self):
+        """Events that belong to the public feed (facts; not admin test pings)."""
+        return self.exclude(type=Event.Type.WEBHOOK_TEST)
+
+    def for_bot(self, bot: Bot):
+        return self.filter(bot=bot)
+
+    def of_types(self, types: list[str]):
+        return self.filter(type__in=types)
+
+    def after_position(self, txid: int, pk: int):
+        """Events after feed position (txid, pk), in feed order."""
+        return self.filter(Q(txid__gt=txid) | Q(txid=txid, pk__gt=pk)).order_by("txid", "pk")
+
+    def settled(self):
+        """Events no running transaction can still precede.
+
+        PostgreSQL: only events of transactions older than the oldest transaction still running
+        (`pg_snapshot_xmin`); everything below that horizon is committed or gone for good, so a
+        reader that advances past it never skips an event committed later. SQLite serializes
+        writers, so id order is commit order and every visible event is settled.
+        """
+        from django.db import connection
+
+        if connection.vendor == "postgresql":
+            return self.filter(
+                txid__lt=RawSQL("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", [])
+            )
+        return self
+
+
 class Event(models.Model):
     """A durable fact for the outside world. `body` is the envelope
-    `{"id","type","version":1,"time","data"}` serialized once; `id` (the auto pk) orders the
-    feed, `event_id` is the stable public id derived from what the event describes."""
+    `{"id","type","version":1,"time","data"}` serialized once; `event_id` is the stable public
+    id derived from what the event describes.
+
+    Feed order is (`txid`, `id`): `txid` is the writing transaction's id on PostgreSQL (0 on
+    SQLite), so the feed can wait for slow transactions instead of skipping their events.
+    Private data (feedback comment text) is never part of `body`: it only goes into the outbox
+    bodies of destinations that opted in.
+    """
 
     class Type(models.TextChoices):
         TURN_COMPLETED = "turn.completed", "turn.completed"
         FEEDBACK_REVISED = "feedback.revised", "feedback.revised"
         INTERACTION_RESOLVED = "interaction.resolved", "interaction.resolved"
+        WEBHOOK_TEST = "webhook.test", "webhook.test"
 
     event_id = models.CharField(max_length=40, unique=True)
     type = models.CharField(max_length=32, choices=Type.choices, db_index=True)
@@ -275,11 +315,24 @@ class Event(models.Model):
         Delivery, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
     body = models.TextField()
+    txid = models.BigIntegerField(
+        default=0, editable=False, help_text=_("Writing transaction (PostgreSQL); feed order.")
+    )
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = EventQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("event")
         verbose_name_plural = _("events")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery"],
+                condition=Q(type="turn.completed"),
+                name="event_one_turn_completed_per_delivery",
+            )
+        ]
+        indexes = [models.Index(fields=["txid", "id"], name="event_feed_position")]
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"

@@ -67,11 +67,13 @@ def claim_due(
     limit: int = 10,
     now: datetime | None = None,
     where: Q | None = None,
+    select_related: tuple[str, ...] = (),
 ) -> tuple[str, list[WorkItem]]:
     """Claim up to `limit` (clamped to 1..100) due pending rows of `model`.
 
     Returns `(claim_token, rows)`; rows are ordered by (next_attempt_at, id) and are `inflight`
-    with `attempts` incremented. `where` narrows the candidates (e.g. one destination).
+    with `attempts` incremented. `where` narrows the candidates (e.g. one destination);
+    `select_related` names relations loaded with the returned rows (one query).
     """
     limit = max(1, min(int(limit), 100))
     now = now or timezone.now()
@@ -93,7 +95,9 @@ def claim_due(
             attempts=F("attempts") + 1,
         )
     rows = list(
-        model.objects.filter(id__in=ids, claim_token=token).order_by("next_attempt_at", "id")
+        model.objects.filter(id__in=ids, claim_token=token)
+        .select_related(*select_related)
+        .order_by("next_attempt_at", "id")
     )
     return token, rows
 
@@ -111,6 +115,26 @@ def settle(
         .update(status=status, claim_token="", last_error=error[:500], **fields)
     )
     return updated == 1
+
+
+def settle_many(
+    model: type[WorkItem],
+    pks: list[int],
+    token: str,
+    status: str = WorkStatus.DONE,
+    *,
+    error: str = "",
+    **fields,
+) -> int:
+    """`settle()` for several rows claimed with the same `token`, in one UPDATE.
+
+    Returns how many rows still carried `token` (and were settled); the others are untouched.
+    """
+    if not pks:
+        return 0
+    return model.objects.filter(pk__in=pks, status=WorkStatus.INFLIGHT, claim_token=token).update(
+        status=status, claim_token="", last_error=error[:500], **fields
+    )
 
 
 def reschedule(
