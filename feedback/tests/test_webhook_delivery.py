@@ -73,9 +73,9 @@ def test_retries_send_identical_bytes_with_the_same_webhook_id(
     item = _row(event)
     assert (item.status, item.attempts) == ("done", 3)
     outcomes = list(
-        WebhookAttempt.objects.filter(outbox_item=item).order_by("attempt").values_list(
-            "outcome", "status_code"
-        )
+        WebhookAttempt.objects.filter(outbox_item=item)
+        .order_by("attempt")
+        .values_list("outcome", "status_code")
     )
     assert outcomes == [("retryable_status", 500), ("retryable_status", 503), ("delivered", 200)]
 
