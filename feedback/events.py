@@ -10,8 +10,11 @@ Privacy: the comment text of a feedback revision is passed as `private={"comment
 enters `Event.body` (so never the feed) and reaches only destinations with `include_comment`.
 The answer body is never part of any event.
 
-Feed (`GET /api/v1/events`): events in (`txid`, `id`) order behind an opaque cursor; see
-`EventQuerySet.settled` for why a reader never skips an event committed late.
+Feed (`GET /api/v1/events`): events in `seq` order behind an opaque cursor. `seq` is handed
+out after commit, under a lock, by `sequence_events()` (run by every feed read): whatever is
+committed and unsequenced gets the next positions, so positions follow commit order and a
+reader that moved past position N can never later find an event below N. Unrelated long
+transactions do not hold the feed back.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, Max, Value, When
 from django.utils import timezone
 
 from feedback.models import Event
@@ -83,15 +87,6 @@ def serialize(body: dict[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def _current_txid() -> int:
-    """The top-level transaction id on PostgreSQL (assigned if needed); 0 elsewhere."""
-    if connection.vendor != "postgresql":
-        return 0
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_current_xact_id()::text::bigint")
-        return int(cur.fetchone()[0])
-
-
 def emit(
     type_: str,
     event_id: str,
@@ -138,7 +133,6 @@ def emit(
                 team=team,
                 delivery=delivery,
                 body=serialize(body),
-                txid=_current_txid(),
                 created_at=time,
             )
     except IntegrityError:
@@ -267,24 +261,53 @@ def emit_feedback_revised(revision) -> tuple[Event, bool]:
 # Feed
 # ---------------------------------------------------------------------------------------------
 
-_CURSOR_TAG = "e1"
+_CURSOR_TAG = "e2"
+#: Arbitrary constant naming the feed sequencer's PostgreSQL advisory lock.
+_SEQUENCER_LOCK = 0x6361726466656564  # "cardfeed"
 
 
-def encode_cursor(txid: int, pk: int) -> str:
-    """Opaque feed cursor for position (txid, pk)."""
-    raw = f"{_CURSOR_TAG}:{txid}:{pk}".encode("ascii")
+def sequence_events(*, batch: int = 1000, max_batches: int = 20) -> int:
+    """Give committed events without a feed position the next positions, oldest id first.
+
+    Each batch runs in its own transaction holding the sequencer lock (a PostgreSQL advisory
+    transaction lock; SQLite serializes writers anyway), so batches commit in order and the
+    committed positions are always 1..N with no hole below a visible one (gaps from rolled
+    back batches aside). Returns how many events were sequenced.
+    """
+    total = 0
+    for _ in range(max_batches):
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", [_SEQUENCER_LOCK])
+            pks = list(Event.objects.unsequenced().values_list("pk", flat=True)[:batch])
+            if not pks:
+                break
+            base = Event.objects.aggregate(top=Max("seq"))["top"] or 0
+            Event.objects.filter(pk__in=pks).update(
+                seq=Case(*(When(pk=pk, then=Value(base + n)) for n, pk in enumerate(pks, 1)))
+            )
+        total += len(pks)
+        if len(pks) < batch:
+            break
+    return total
+
+
+def encode_cursor(seq: int) -> str:
+    """Opaque feed cursor for feed position `seq`."""
+    raw = f"{_CURSOR_TAG}:{seq}".encode("ascii")
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, int]:
-    """(txid, pk) of a cursor from `encode_cursor`; raises InvalidCursor on anything else."""
+def decode_cursor(cursor: str) -> int:
+    """The position of a cursor from `encode_cursor`; raises InvalidCursor on anything else."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         raw = base64.urlsafe_b64decode(padded.encode("ascii")).decode("ascii")
-        tag, txid, pk = raw.split(":")
-        if tag != _CURSOR_TAG or not txid.isdigit() or not pk.isdigit():
+        tag, seq = raw.split(":")
+        if tag != _CURSOR_TAG or not seq.isdigit():
             raise ValueError(raw)
-        return int(txid), int(pk)
+        return int(seq)
     except (ValueError, UnicodeError, binascii.Error):
         raise InvalidCursor("not a cursor issued by this feed") from None
 
@@ -315,23 +338,21 @@ class FeedPage:
 def feed_page(
     *, bot=None, after: str | None = None, types: list[str] | None = None, limit: int = 100
 ) -> FeedPage:
-    """Events after cursor `after` (None = from the start), oldest first.
+    """Events after cursor `after` (None = from the start), in feed order.
 
-    `bot`: only that bot's events (bot API key callers); None = all (staff). `types`: only
-    these types (members of FEED_TYPES; None/empty = all). `limit`: 1..1000. Raises
-    InvalidCursor for a foreign cursor.
+    Sequences newly committed events first (`sequence_events`). `bot`: only that bot's events
+    (bot API key callers); None = all (staff). `types`: only these types (members of
+    FEED_TYPES; None/empty = all). `limit`: 1..1000. Raises InvalidCursor for a foreign cursor.
     """
-    txid, pk = decode_cursor(after) if after else (-1, 0)
-    qs = Event.objects.in_feed().settled()
+    position = decode_cursor(after) if after else 0
+    sequence_events()
+    qs = Event.objects.in_feed()
     if bot is not None:
         qs = qs.for_bot(bot)
     if types:
         qs = qs.of_types(types)
-    rows = list(qs.after_position(txid, pk).values_list("txid", "pk", "body")[: limit + 1])
+    rows = list(qs.after_position(position).values_list("seq", "body")[: limit + 1])
     has_more = len(rows) > limit
     rows = rows[:limit]
-    if rows:
-        next_cursor = encode_cursor(rows[-1][0], rows[-1][1])
-    else:
-        next_cursor = after or encode_cursor(0, 0)
-    return FeedPage([r[2] for r in rows], next_cursor, has_more)
+    next_cursor = encode_cursor(rows[-1][0] if rows else position)
+    return FeedPage([r[1] for r in rows], next_cursor, has_more)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -266,25 +265,13 @@ class EventQuerySet(models.QuerySet):
     def of_types(self, types: list[str]):
         return self.filter(type__in=types)
 
-    def after_position(self, txid: int, pk: int):
-        """Events after feed position (txid, pk), in feed order."""
-        return self.filter(Q(txid__gt=txid) | Q(txid=txid, pk__gt=pk)).order_by("txid", "pk")
+    def after_position(self, seq: int):
+        """Sequenced events after feed position `seq`, in feed order."""
+        return self.filter(seq__gt=seq).order_by("seq")
 
-    def settled(self):
-        """Events no running transaction can still precede.
-
-        PostgreSQL: only events of transactions older than the oldest transaction still running
-        (`pg_snapshot_xmin`); everything below that horizon is committed or gone for good, so a
-        reader that advances past it never skips an event committed later. SQLite serializes
-        writers, so id order is commit order and every visible event is settled.
-        """
-        from django.db import connection
-
-        if connection.vendor == "postgresql":
-            return self.filter(
-                txid__lt=RawSQL("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", [])
-            )
-        return self
+    def unsequenced(self):
+        """Committed events that have no feed position yet, oldest first."""
+        return self.filter(seq__isnull=True).order_by("pk")
 
 
 class Event(models.Model):
@@ -292,8 +279,9 @@ class Event(models.Model):
     `{"id","type","version":1,"time","data"}` serialized once; `event_id` is the stable public
     id derived from what the event describes.
 
-    Feed order is (`txid`, `id`): `txid` is the writing transaction's id on PostgreSQL (0 on
-    SQLite), so the feed can wait for slow transactions instead of skipping their events.
+    Feed order is `seq`, assigned after commit, in commit order, by
+    `feedback.events.sequence_events` (ids are allocated at insert, so id order is not commit
+    order on PostgreSQL and a reader paging by id could skip an event that commits late).
     Private data (feedback comment text) is never part of `body`: it only goes into the outbox
     bodies of destinations that opted in.
     """
@@ -315,8 +303,12 @@ class Event(models.Model):
         Delivery, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
     body = models.TextField()
-    txid = models.BigIntegerField(
-        default=0, editable=False, help_text=_("Writing transaction (PostgreSQL); feed order.")
+    seq = models.BigIntegerField(
+        null=True,
+        blank=True,
+        unique=True,
+        editable=False,
+        help_text=_("Feed position, assigned after commit in commit order."),
     )
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -332,7 +324,9 @@ class Event(models.Model):
                 name="event_one_turn_completed_per_delivery",
             )
         ]
-        indexes = [models.Index(fields=["txid", "id"], name="event_feed_position")]
+        indexes = [
+            models.Index(fields=["id"], condition=Q(seq__isnull=True), name="event_unsequenced")
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"
