@@ -15,7 +15,7 @@ Delivering (`OutboxWorker`, run by `manage.py outbox_worker`, safe in N copies):
 - rows are claimed through `interactions.workqueue` (SKIP LOCKED on PostgreSQL, immediate
   transactions on SQLite) with a claim token, only for enabled destinations; results are settled
   only with that token (a worker whose claim was recovered changes nothing);
-- attempts run concurrently (asyncio in the sender's thread); results are settled in small
+- attempts run concurrently on the sender's threads; results are settled in small
   transactions together with their attempt log rows;
 - 2xx → done; 408/429/5xx/timeout/network → retry after a full-jitter exponential backoff
   (base 1 s, cap 5 min) floored by Retry-After (≤ 1 h), or dead after `max_attempts` (setting
@@ -56,6 +56,7 @@ from interactions.workqueue import (
     reschedule,
     settle,
     settle_many,
+    skip_flush_wait,
 )
 
 log = logging.getLogger(__name__)
@@ -221,6 +222,7 @@ class OutboxWorker:
         sender: webhooks.WebhookSender | None = None,
         stop_event: threading.Event | None = None,
         idle_wait: float = 0.5,
+        settle_window: float = 0.01,
     ):
         self.concurrency = max(1, min(int(concurrency), 100))
         self.max_attempts = max_attempts or getattr(
@@ -230,9 +232,10 @@ class OutboxWorker:
         self.now = now
         self.rng = rng or random.SystemRandom()
         self._own_sender = sender is None
-        self.sender = sender or webhooks.WebhookSender()
+        self.sender = sender or webhooks.WebhookSender(threads=self.concurrency)
         self.stop_event = stop_event or threading.Event()
         self.idle_wait = idle_wait
+        self.settle_window = settle_window
         self.refill_at = max(1, self.concurrency // 2)
         self.in_flight: dict[concurrent.futures.Future, _InFlight] = {}
 
@@ -319,10 +322,12 @@ class OutboxWorker:
             now=now,
             where=condition,
             select_related=("event", "destination"),
+            wait_for_flush=False,
         )
         immediate = []
+        secrets_cache: dict[int, tuple[str, ...]] = {}
         for item in items:
-            request = self._request_for(item, now)
+            request = self._request_for(item, now, secrets_cache)
             entry = _InFlight(item, token)
             if isinstance(request, AttemptResult):
                 immediate.append((entry, request))
@@ -332,11 +337,19 @@ class OutboxWorker:
             self._record(immediate)
         return len(items)
 
-    def _request_for(self, item: OutboxItem, now: datetime) -> WebhookRequest | AttemptResult:
+    def _request_for(
+        self, item: OutboxItem, now: datetime, cache: dict[int, tuple[str, ...]] | None = None
+    ) -> WebhookRequest | AttemptResult:
+        """The attempt for a claimed row; `cache` holds signing secrets per destination for
+        the rows of one claim. An unreadable secret store yields a retryable result."""
         destination = item.destination
         body = item.body.encode("utf-8")
+        cache = {} if cache is None else cache
         try:
-            secrets = tuple(destinations_service.signing_secrets(destination, now))
+            secrets = cache.get(destination.pk)
+            if secrets is None:
+                secrets = tuple(destinations_service.signing_secrets(destination, now))
+                cache[destination.pk] = secrets
         except Exception as exc:  # noqa: BLE001 - unreadable secret store: the row waits
             log.error("outbox: cannot read the secret of destination %s: %s", destination.pk, exc)
             return AttemptResult(Outcome.NETWORK_ERROR, error="secret store unreadable")
@@ -363,6 +376,9 @@ class OutboxWorker:
             )
 
     def _settle_finished(self, *, wait: float) -> int:
+        """Wait up to `wait` s for a finished attempt; then keep collecting finished attempts
+        for up to `settle_window` s (or until `refill_at` of them) and settle them all in one
+        transaction. Returns how many were settled."""
         if not self.in_flight:
             return 0
         done, _pending = concurrent.futures.wait(
@@ -370,6 +386,19 @@ class OutboxWorker:
         )
         if not done:
             return 0
+        window_end = time.monotonic() + self.settle_window
+        while len(done) < min(self.refill_at, len(self.in_flight)):
+            left = window_end - time.monotonic()
+            if left <= 0:
+                break
+            more, _pending = concurrent.futures.wait(
+                [f for f in self.in_flight if f not in done],
+                timeout=left,
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            if not more:
+                break
+            done |= more
         results = [(self.in_flight.pop(f), self._result_of(f)) for f in done]
         self._record(results)
         return len(results)
@@ -383,6 +412,7 @@ class OutboxWorker:
         to_disable: dict[int, str] = {}
         attempts = []
         with transaction.atomic():
+            skip_flush_wait()  # a settlement lost in an OS crash only means one more attempt
             for entry, result in results:
                 item = entry.item
                 decision = decide(

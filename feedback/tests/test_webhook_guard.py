@@ -163,9 +163,9 @@ def post_spy(monkeypatch):
     calls = []
     original = webhooks.WebhookSender._post
 
-    async def spy(self, url, hostname, port, address, headers, request):
+    def spy(self, url, hostname, port, address, headers, request, deadline):
         calls.append(address)
-        return await original(self, url, hostname, port, address, headers, request)
+        return original(self, url, hostname, port, address, headers, request, deadline)
 
     monkeypatch.setattr(webhooks.WebhookSender, "_post", spy)
     return calls
@@ -262,7 +262,7 @@ def test_every_attempt_resolves_once_and_connects_to_the_checked_address(
     dns.answers["rebind.cardloop.test"] = [["93.184.215.14"], ["127.0.0.1"]]
     connected = []
 
-    async def fake_post(self, url, hostname, port, address, headers, request):
+    def fake_post(self, url, hostname, port, address, headers, request, deadline):
         connected.append((hostname, address, headers["host"]))
         return AttemptResult(Outcome.RETRYABLE_STATUS, status_code=503, error="HTTP 503")
 
