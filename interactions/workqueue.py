@@ -110,10 +110,11 @@ def claim_due(
 
 
 def skip_flush_wait() -> None:
-    """Inside `atomic()`: let this transaction commit without waiting for the WAL flush
-    (PostgreSQL `SET LOCAL synchronous_commit TO OFF`; no-op elsewhere). The transaction stays
-    atomic and crash-safe; only its last moments may be lost in an OS crash."""
-    if connection.vendor == "postgresql":
+    """Inside the outermost `atomic()`: let this transaction commit without waiting for the WAL
+    flush (PostgreSQL `SET LOCAL synchronous_commit TO OFF`). The transaction stays atomic and
+    crash-safe; only its last moments may be lost in an OS crash. A no-op on SQLite and inside
+    a nested block (there it would weaken the caller's whole transaction)."""
+    if connection.vendor == "postgresql" and not connection.savepoint_ids:
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 

@@ -324,3 +324,23 @@ def test_the_command_recovers_stale_claims_at_start_and_delivers(
     assert OutboxItem.objects.get(event=stale).status == "done"
     assert OutboxItem.objects.get(event=fresh).status == "done"
     assert receiver.by_webhook_id() == {stale.event_id: 1, fresh.event_id: 1}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_skipping_the_flush_wait_never_leaks_into_a_callers_transaction():
+    from interactions.workqueue import skip_flush_wait
+
+    def current():
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():
+        with transaction.atomic():  # nested: the caller's transaction must keep its setting
+            skip_flush_wait()
+        assert current() == "on"
+    with transaction.atomic():
+        skip_flush_wait()
+        assert current() == "off"
+    assert current() == "on"  # SET LOCAL ended with the transaction
