@@ -46,6 +46,13 @@ def _production_address_rules(settings):
     settings.CARDLOOP_WEBHOOK_ALLOW_PRIVATE = False
 
 
+@pytest.fixture
+def en_client(admin_client):
+    """The admin in English (the default language is zh-hans), for asserting messages."""
+    admin_client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
+    return admin_client
+
+
 def test_a_generated_secret_is_shown_once_and_never_rendered_again(admin_client):
     response = admin_client.post(ADD, form())
     assert response.status_code == 200
@@ -203,10 +210,10 @@ def test_deleting_a_destination_is_audited_and_removes_its_secret(
 
 @pytest.mark.usefixtures("webhook_settings", "dns")
 def test_the_test_event_action_delivers_a_signed_event_and_logs_the_attempt(
-    admin_client, receiver, make_destination
+    en_client, receiver, make_destination
 ):
     destination, secret = make_destination(receiver.url(), event_types=["turn.completed"])
-    response = admin_client.post(
+    response = en_client.post(
         LIST, {"action": "send_test_event", "_selected_action": [destination.pk]}, follow=True
     )
     messages = [str(m) for m in response.context["messages"]]
@@ -219,19 +226,19 @@ def test_the_test_event_action_delivers_a_signed_event_and_logs_the_attempt(
     assert (attempt.status_code, attempt.outcome) == (200, "delivered")
     assert AuditEntry.objects.filter(action="webhook_destination.test_sent").exists()
 
-    log = admin_client.get(ATTEMPTS, {"destination__id__exact": destination.pk})
+    log = en_client.get(ATTEMPTS, {"destination__id__exact": destination.pk})
     assert log.context["cl"].result_count == 1
-    detail = admin_client.get(f"{ATTEMPTS}{attempt.pk}/change/").content.decode()
+    detail = en_client.get(f"{ATTEMPTS}{attempt.pk}/change/").content.decode()
     assert "{&quot;ok&quot;:true}" in detail or '{"ok":true}' in detail
 
 
 @pytest.mark.usefixtures("webhook_settings", "dns")
 def test_a_failing_test_event_reports_the_error_and_is_not_retried(
-    admin_client, receiver, make_destination
+    en_client, receiver, make_destination
 ):
     destination, _ = make_destination(receiver.url())
     receiver.reply(Reply(503, body=b"maintenance"))
-    response = admin_client.post(
+    response = en_client.post(
         LIST, {"action": "send_test_event", "_selected_action": [destination.pk]}, follow=True
     )
     messages = [str(m) for m in response.context["messages"]]
@@ -265,7 +272,7 @@ def test_attempt_log_filters(admin_client, receiver, make_destination, emit_even
 
 @pytest.mark.usefixtures("webhook_settings", "dns")
 def test_outbox_list_filters_and_requeue_action(
-    admin_client, receiver, make_destination, emit_event, make_worker, clock
+    en_client, receiver, make_destination, emit_event, make_worker, clock
 ):
     good, _ = make_destination(receiver.url(), name="good", event_types=["interaction.resolved"])
     bad, _ = make_destination(receiver.url("/bad"), name="bad")
@@ -276,7 +283,7 @@ def test_outbox_list_filters_and_requeue_action(
     worker.run_until_idle()
 
     def count(**params):
-        response = admin_client.get(OUTBOX, params)
+        response = en_client.get(OUTBOX, params)
         assert response.status_code == 200
         return response.context["cl"].result_count
 
@@ -285,11 +292,11 @@ def test_outbox_list_filters_and_requeue_action(
     assert count(status__exact="done") == 1
     assert count(destination__id__exact=good.pk) == 1
     assert count(event__type__exact="turn.completed") == 1
-    assert "next_attempt_at" in admin_client.get(OUTBOX).context["cl"].list_display
-    assert "attempts" in admin_client.get(OUTBOX).context["cl"].list_display
+    assert "next_attempt_at" in en_client.get(OUTBOX).context["cl"].list_display
+    assert "attempts" in en_client.get(OUTBOX).context["cl"].list_display
 
     all_rows = list(OutboxItem.objects.values_list("pk", flat=True))
-    response = admin_client.post(
+    response = en_client.post(
         OUTBOX, {"action": "requeue", "_selected_action": all_rows}, follow=True
     )
     assert any("2 row(s) re-queued" in str(m) for m in response.context["messages"])
@@ -341,3 +348,9 @@ def test_read_only_lists_cannot_be_edited(admin_client, make_destination, emit_e
     assert admin_client.get(f"{OUTBOX}add/").status_code == 403
     assert admin_client.post(f"{OUTBOX}{item.pk}/delete/", {"post": "yes"}).status_code == 403
     assert Event.objects.count() == 1
+
+
+def test_the_admin_speaks_chinese_by_default(admin_client):
+    page = admin_client.get(ADD).content.decode()
+    assert "签名密钥" in page
+    assert "生成密钥（仅显示一次）" in page
