@@ -294,3 +294,11 @@ def test_sequencing_gives_positions_once_in_order(bot_client):
     assert events.sequence_events(batch=2) == 5
     assert events.sequence_events() == 0
     assert list(Event.objects.order_by("pk").values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
+
+
+def test_the_openapi_schema_documents_the_feed_and_terminal_endpoints(admin_client):
+    response = admin_client.get("/api/schema/", {"format": "json"})
+    assert response.status_code == 200
+    schema = response.json()
+    assert {"/api/v1/events", "/api/v1/turns/terminal"} <= set(schema["paths"])
+    assert schema["components"]["securitySchemes"]["botApiKey"]["scheme"] == "bearer"
