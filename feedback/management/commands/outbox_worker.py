@@ -36,8 +36,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--shutdown-budget",
             type=float,
-            default=10.0,
-            help="seconds in-flight attempts may take after SIGTERM",
+            default=8.0,
+            help="seconds in-flight attempts may take after SIGTERM (default 8: `manage.py "
+            "serve` kills children 10 s after SIGTERM)",
         )
         parser.add_argument(
             "--period", type=float, default=5.0, help="seconds between stale-claim recoveries"
