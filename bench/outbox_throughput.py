@@ -94,7 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--concurrency", type=int, default=16, help="per worker")
+    parser.add_argument("--concurrency", type=int, default=32, help="per worker")
     parser.add_argument("--bare", type=int, default=3000, help="requests in the bare loop")
     args = parser.parse_args()
 

@@ -214,7 +214,7 @@ class OutboxWorker:
     def __init__(
         self,
         *,
-        concurrency: int = 16,
+        concurrency: int = 32,
         max_attempts: int | None = None,
         stale_after: timedelta = DEFAULT_STALE_AFTER,
         now: Callable[[], datetime] = timezone.now,
@@ -222,7 +222,7 @@ class OutboxWorker:
         sender: webhooks.WebhookSender | None = None,
         stop_event: threading.Event | None = None,
         idle_wait: float = 0.5,
-        settle_window: float = 0.01,
+        settle_window: float = 0.025,
     ):
         self.concurrency = max(1, min(int(concurrency), 100))
         self.max_attempts = max_attempts or getattr(

@@ -21,7 +21,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--concurrency", type=int, default=16, help="attempts in flight (1–100, default 16)"
+            "--concurrency", type=int, default=32, help="attempts in flight (1–100, default 32)"
         )
         parser.add_argument(
             "--idle-sleep", type=float, default=0.5, help="seconds to sleep when nothing is due"
