@@ -7,4 +7,5 @@ class BotadminConfig(AppConfig):
     verbose_name = _("Bots, teams and policy")
 
     def ready(self) -> None:
-        from botadmin import checks  # noqa: F401  (registers system checks)
+        # Imported for their side effects: system checks and the OpenAPI auth scheme.
+        from botadmin import checks, schema  # noqa: F401

@@ -236,6 +236,11 @@ CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
 CARDLOOP_LARK_DOMAIN = env.str("CARDLOOP_LARK_DOMAIN", default="")
 #: Tests only: allow webhook targets on loopback / private addresses (nothing else is lifted).
 CARDLOOP_WEBHOOK_ALLOW_PRIVATE = env.bool("CARDLOOP_WEBHOOK_ALLOW_PRIVATE", default=False)
+#: Attempts of one outbox row before it is dead (retryable failures only).
+CARDLOOP_WEBHOOK_MAX_ATTEMPTS = env.int("CARDLOOP_WEBHOOK_MAX_ATTEMPTS", default=15)
+#: Extra CA bundle (PEM) webhook receivers' certificates may chain to, besides certifi's
+#: (tests: the trustme CA; production: a private PKI). Empty = certifi only.
+CARDLOOP_WEBHOOK_CA_FILE = env.str("CARDLOOP_WEBHOOK_CA_FILE", default="")
 #: Seconds a Feishu callback handler may run before it is answered with an info toast.
 CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.5)
 #: Default expiry of approvals / quick replies (seconds).
@@ -255,5 +260,8 @@ LOGGING = {
         "django.request": {"level": "ERROR"},
         "django.channels.server": {"level": "WARNING"},
         "Lark": {"level": "WARNING"},
+        # One line per webhook request is the outbox's job (feedback.outbox), not httpx's.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
     },
 }

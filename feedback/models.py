@@ -271,15 +271,43 @@ class WorkerTerminal(models.Model):
         return f"{self.session_id}/{self.turn_id}#{self.attempt} {self.status}"
 
 
+class EventQuerySet(models.QuerySet):
+    def in_feed(self):
+        """Events that belong to the public feed (facts; not admin test pings)."""
+        return self.exclude(type=Event.Type.WEBHOOK_TEST)
+
+    def for_bot(self, bot: Bot):
+        return self.filter(bot=bot)
+
+    def of_types(self, types: list[str]):
+        return self.filter(type__in=types)
+
+    def after_position(self, seq: int):
+        """Sequenced events after feed position `seq`, in feed order."""
+        return self.filter(seq__gt=seq).order_by("seq")
+
+    def unsequenced(self):
+        """Committed events that have no feed position yet, oldest first."""
+        return self.filter(seq__isnull=True).order_by("pk")
+
+
 class Event(models.Model):
     """A durable fact for the outside world. `body` is the envelope
-    `{"id","type","version":1,"time","data"}` serialized once; `id` (the auto pk) orders the
-    feed, `event_id` is the stable public id derived from what the event describes."""
+    `{"id","type","version":1,"time","data"}` serialized once; `event_id` is the stable public
+    id derived from what the event describes.
+
+    Feed order is `seq`, assigned after commit, in commit order, by
+    `feedback.events.sequence_events` (ids are allocated at insert, so id order is not commit
+    order on PostgreSQL and a reader paging by id could skip an event that commits late).
+    Private data (feedback comment text) is never part of `body`: it only goes into the outbox
+    bodies of destinations that opted in.
+    """
 
     class Type(models.TextChoices):
         TURN_COMPLETED = "turn.completed", "turn.completed"
         FEEDBACK_REVISED = "feedback.revised", "feedback.revised"
         INTERACTION_RESOLVED = "interaction.resolved", "interaction.resolved"
+        WEBHOOK_TEST = "webhook.test", "webhook.test"
 
     event_id = models.CharField(max_length=40, unique=True)
     type = models.CharField(max_length=32, choices=Type.choices, db_index=True)
@@ -292,11 +320,30 @@ class Event(models.Model):
         Delivery, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
     body = models.TextField()
+    seq = models.BigIntegerField(
+        null=True,
+        blank=True,
+        unique=True,
+        editable=False,
+        help_text=_("Feed position, assigned after commit in commit order."),
+    )
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = EventQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("event")
         verbose_name_plural = _("events")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery"],
+                condition=Q(type="turn.completed"),
+                name="event_one_turn_completed_per_delivery",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["id"], condition=Q(seq__isnull=True), name="event_unsequenced")
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"

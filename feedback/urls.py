@@ -1,3 +1,10 @@
 """URL routes of the feedback app."""
 
-urlpatterns: list = []
+from django.urls import path
+
+from feedback import event_views
+
+urlpatterns: list = [
+    path("api/v1/turns/terminal", event_views.TurnTerminalView.as_view(), name="turn-terminal"),
+    path("api/v1/events", event_views.EventFeedView.as_view(), name="event-feed"),
+]

@@ -67,16 +67,25 @@ def claim_due(
     limit: int = 10,
     now: datetime | None = None,
     where: Q | None = None,
+    select_related: tuple[str, ...] = (),
+    wait_for_flush: bool = True,
 ) -> tuple[str, list[WorkItem]]:
     """Claim up to `limit` (clamped to 1..100) due pending rows of `model`.
 
     Returns `(claim_token, rows)`; rows are ordered by (next_attempt_at, id) and are `inflight`
-    with `attempts` incremented. `where` narrows the candidates (e.g. one destination).
+    with `attempts` incremented. `where` narrows the candidates (e.g. one destination);
+    `select_related` names relations loaded with the returned rows (one query).
+    `wait_for_flush=False` lets the claim commit without waiting for the WAL flush on
+    PostgreSQL (`SET LOCAL synchronous_commit TO OFF`, this transaction only): an OS crash may
+    then forget the claim, which only means the row is claimed again — use it where a repeated
+    attempt is acceptable (at-least-once queues).
     """
     limit = max(1, min(int(limit), 100))
     now = now or timezone.now()
     token = uuid.uuid4().hex
     with transaction.atomic():
+        if not wait_for_flush:
+            skip_flush_wait()
         qs = model.objects.filter(status=WorkStatus.PENDING, next_attempt_at__lte=now)
         if where is not None:
             qs = qs.filter(where)
@@ -93,9 +102,21 @@ def claim_due(
             attempts=F("attempts") + 1,
         )
     rows = list(
-        model.objects.filter(id__in=ids, claim_token=token).order_by("next_attempt_at", "id")
+        model.objects.filter(id__in=ids, claim_token=token)
+        .select_related(*select_related)
+        .order_by("next_attempt_at", "id")
     )
     return token, rows
+
+
+def skip_flush_wait() -> None:
+    """Inside the outermost `atomic()`: let this transaction commit without waiting for the WAL
+    flush (PostgreSQL `SET LOCAL synchronous_commit TO OFF`). The transaction stays atomic and
+    crash-safe; only its last moments may be lost in an OS crash. A no-op on SQLite and inside
+    a nested block (there it would weaken the caller's whole transaction)."""
+    if connection.vendor == "postgresql" and not connection.savepoint_ids:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 def settle(
@@ -111,6 +132,26 @@ def settle(
         .update(status=status, claim_token="", last_error=error[:500], **fields)
     )
     return updated == 1
+
+
+def settle_many(
+    model: type[WorkItem],
+    pks: list[int],
+    token: str,
+    status: str = WorkStatus.DONE,
+    *,
+    error: str = "",
+    **fields,
+) -> int:
+    """`settle()` for several rows claimed with the same `token`, in one UPDATE.
+
+    Returns how many rows still carried `token` (and were settled); the others are untouched.
+    """
+    if not pks:
+        return 0
+    return model.objects.filter(pk__in=pks, status=WorkStatus.INFLIGHT, claim_token=token).update(
+        status=status, claim_token="", last_error=error[:500], **fields
+    )
 
 
 def reschedule(

@@ -1,0 +1,20 @@
+"""OpenAPI (drf-spectacular) description of Cardloop's authentication schemes."""
+
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class BotApiKeyScheme(OpenApiAuthenticationExtension):
+    """`Authorization: Bearer clk_…` — a bot API key (`botadmin.auth.BotApiKeyAuthentication`)."""
+
+    target_class = "botadmin.auth.BotApiKeyAuthentication"
+    name = "botApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "clk_<lookup>_<secret>",
+            "description": "Bot API key created in the admin (shown once).",
+        }

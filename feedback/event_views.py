@@ -1,0 +1,173 @@
+"""API views of worker terminals and the event feed (parse, authorize, call, serialize).
+
+- `POST /api/v1/turns/terminal` (bot API key): `feedback.terminals.record_terminal`.
+- `GET /api/v1/events?after=<cursor>&types=a,b&limit=<n>` (bot API key → that bot's events;
+  staff session → all): `feedback.events.feed_page`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpResponse
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from botadmin.api import ApiError
+from botadmin.auth import BotPrincipal, IsBot, IsBotOrStaff
+from feedback import events, terminals
+from feedback.models import WorkerTerminal
+
+#: Largest accepted `usage` object, serialized (bytes).
+MAX_USAGE_BYTES = 8 * 1024
+
+
+class TerminalSerializer(serializers.Serializer):
+    """Body of `POST /api/v1/turns/terminal`."""
+
+    session_id = serializers.CharField(max_length=128)
+    turn_id = serializers.CharField(max_length=128)
+    attempt = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    status = serializers.ChoiceField(choices=WorkerTerminal.Status.choices)
+    completed_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    duration_ms = serializers.IntegerField(
+        min_value=0, max_value=2**53, required=False, allow_null=True, default=None
+    )
+    usage = serializers.JSONField(required=False, allow_null=True, default=None)
+
+    def validate_usage(self, value):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise serializers.ValidationError(_("usage must be a JSON object."))
+        if len(json.dumps(value, separators=(",", ":"))) > MAX_USAGE_BYTES:
+            raise serializers.ValidationError(_("usage must be at most 8 KiB."))
+        return value
+
+
+class TurnTerminalView(APIView):
+    """Record the agent runtime's terminal signal for a turn; reconciles `turn.completed`."""
+
+    permission_classes = [IsBot]
+
+    @extend_schema(
+        request=TerminalSerializer,
+        responses={
+            201: inline_serializer(
+                "TerminalRecorded",
+                {
+                    "status": serializers.CharField(),
+                    "created": serializers.BooleanField(),
+                    "turn_completed": serializers.ListField(child=serializers.DictField()),
+                },
+            ),
+            200: None,
+            409: None,
+        },
+        description=(
+            "Store the worker terminal of (session_id, turn_id, attempt). Each sent delivery "
+            "of the turn gets exactly one turn.completed event, whichever arrives first. "
+            "201 when recorded, 200 for a repeat with the same status, 409 for another status."
+        ),
+    )
+    def post(self, request):
+        serializer = TerminalSerializer(data=request.data)
+        if not serializer.is_valid():
+            raise ApiError("invalid", serializer.errors, 400)
+        data = serializer.validated_data
+        try:
+            result = terminals.record_terminal(request.user.bot, **data)
+        except terminals.TerminalConflict as exc:
+            raise ApiError(
+                "terminal_status_conflict",
+                {
+                    "status": [
+                        _("This turn already ended with status %(stored)s.")
+                        % {"stored": exc.stored}
+                    ]
+                },
+                409,
+            ) from None
+        body = {
+            "status": result.terminal.status,
+            "created": result.created,
+            "turn_completed": [
+                {
+                    "delivery_id": e.delivery.delivery_id if e.delivery_id else None,
+                    "event_id": e.event_id,
+                }
+                for e in result.events
+            ],
+        }
+        return Response(body, status=status.HTTP_201_CREATED if result.created else 200)
+
+
+class FeedQuerySerializer(serializers.Serializer):
+    """Query of `GET /api/v1/events`."""
+
+    after = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    types = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=1000, default=100)
+
+    def validate_after(self, value):
+        if not value:
+            return None
+        try:
+            events.decode_cursor(value)
+        except events.InvalidCursor:
+            raise serializers.ValidationError(
+                _("Not a cursor from this feed; start without one or use the last 'next'.")
+            ) from None
+        return value
+
+    def validate_types(self, value):
+        names = [t.strip() for t in (value or "").split(",") if t.strip()]
+        unknown = [t for t in names if t not in events.FEED_TYPES]
+        if unknown:
+            raise serializers.ValidationError(
+                _("Unknown event type(s): %(types)s. Known: %(known)s.")
+                % {"types": ", ".join(unknown), "known": ", ".join(events.FEED_TYPES)}
+            )
+        return names
+
+
+class EventFeedView(APIView):
+    """Durable event feed for subscribers without a webhook."""
+
+    permission_classes = [IsBotOrStaff]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", str, description="cursor from the previous page's next"),
+            OpenApiParameter("types", str, description="comma-separated event types"),
+            OpenApiParameter("limit", int, description="1–1000, default 100"),
+        ],
+        responses={
+            200: inline_serializer(
+                "EventPage",
+                {
+                    "events": serializers.ListField(child=serializers.DictField()),
+                    "next": serializers.CharField(),
+                    "has_more": serializers.BooleanField(),
+                },
+            )
+        },
+        description=(
+            "Events in order after the cursor: each item is the stored envelope "
+            '{"id","type","version":1,"time","data"}. A bot key sees its bot\'s events, '
+            "staff see all. Poll with the returned next cursor."
+        ),
+    )
+    def get(self, request):
+        query = FeedQuerySerializer(data=request.query_params)
+        if not query.is_valid():
+            raise ApiError("invalid", query.errors, 400)
+        params = query.validated_data
+        bot = request.user.bot if isinstance(request.user, BotPrincipal) else None
+        page = events.feed_page(
+            bot=bot, after=params.get("after"), types=params.get("types"), limit=params["limit"]
+        )
+        return HttpResponse(page.to_json(), content_type="application/json")
