@@ -167,7 +167,8 @@ def _outbox_row(delivery, status, destination, *, team=None, bot=None, n=[0]):  
     n[0] += 1
     event = Event.objects.create(
         event_id=f"evt_test_{n[0]}",
-        type="turn.completed" if delivery else "interaction.resolved",
+        # feedback.revised: a delivery may have many (only one turn.completed per delivery).
+        type="feedback.revised" if delivery else "interaction.resolved",
         delivery=delivery,
         team=team if team is not None else (delivery.team if delivery else None),
         bot=bot if bot is not None else (delivery.bot if delivery else None),
