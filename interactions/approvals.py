@@ -514,7 +514,7 @@ def answer(
         raise Refused("unknown_interaction")
     now = now or timezone.now()
     if ia.is_final:
-        raise Refused("already_final", ia)
+        raise Refused("expired" if ia.status == S.EXPIRED else "already_final", ia)
     if chat_id is not None and chat_id != ia.chat_id:
         raise Refused("wrong_chat", ia)
     if check_operator and operator not in ia.operators:
@@ -650,17 +650,16 @@ def on_card_action(action):
             form_prefixed=True,
         )
     except Refused as refused:
-        final = refused.interaction
-        card = (
-            interaction_cards.feishu_card(final)
-            if refused.code == "already_final" and final is not None
-            else None
+        final = (
+            refused.interaction if refused.interaction and refused.interaction.is_final else None
         )
+        card = interaction_cards.feishu_card(final) if final is not None else None
         kind = "info" if refused.code in ("already_final", "expired") else "warning"
         return getattr(Answer, kind)(refused.message, card=card)
     if not outcome.won:
         return Answer.info(
-            REFUSALS["already_final"], card=interaction_cards.feishu_card(outcome.interaction)
+            lost_message(outcome.interaction),
+            card=interaction_cards.feishu_card(outcome.interaction),
         )
     return Answer.success(
         success_message(outcome), card=interaction_cards.feishu_card(outcome.interaction)

@@ -513,7 +513,7 @@ class InteractionResolveView(APIView):
                 check_operator=bool(open_id),
             )
         except approvals.Refused as refused:
-            if refused.code == "already_final":
+            if refused.interaction is not None and refused.interaction.is_final:
                 raise _lost(refused.interaction) from None
             field = {"not_allowed": "open_id", "invalid_form": "form"}.get(refused.code, "value")
             detail = {field: [str(refused.message)]}
