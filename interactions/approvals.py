@@ -34,6 +34,7 @@ import json
 import logging
 import re
 import secrets
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -395,15 +396,52 @@ def _record_rule(ia: Interaction, operator: str, now: datetime) -> ApprovalRule:
         return ApprovalRule.objects.active().get(**key)
 
 
-def notify_waiters(public_id: str) -> None:
-    """Wake long-polls of `public_id` (channel layer group). Best effort: a lost message only
-    means the waiter finds the state at its next database poll."""
-    try:
-        from asgiref.sync import async_to_sync
-        from channels.layers import get_channel_layer
+#: Long-polls waiting in this process: public_id → {(event loop, asyncio.Event)}.
+_local_waiters: dict[str, set[tuple[Any, Any]]] = {}
+_local_lock = threading.Lock()
 
-        layer = get_channel_layer()
+
+def add_local_waiter(public_id: str, loop, event) -> None:
+    """Register an `asyncio.Event` (set on `loop`) to wake when `public_id` is resolved in
+    this process."""
+    with _local_lock:
+        _local_waiters.setdefault(public_id, set()).add((loop, event))
+
+
+def remove_local_waiter(public_id: str, loop, event) -> None:
+    with _local_lock:
+        waiters = _local_waiters.get(public_id)
+        if waiters is not None:
+            waiters.discard((loop, event))
+            if not waiters:
+                del _local_waiters[public_id]
+
+
+def channel_layer_for_waiters():
+    """The channel layer that reaches waiters in other processes (Redis), or None. The
+    in-memory layer reaches no other process, and in-process waiters are woken directly."""
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    layer = get_channel_layer()
+    return None if layer is None or isinstance(layer, InMemoryChannelLayer) else layer
+
+
+def notify_waiters(public_id: str) -> None:
+    """Wake long-polls of `public_id`: those of this process directly (thread-safe), those
+    of other processes through the channel layer group. Best effort: a lost wake-up only
+    means the waiter finds the state at its next database poll."""
+    with _local_lock:
+        waiters = list(_local_waiters.get(public_id, ()))
+    for loop, event in waiters:
+        try:
+            loop.call_soon_threadsafe(event.set)
+        except RuntimeError:  # that loop is closed: its waiter is gone
+            pass
+    try:
+        layer = channel_layer_for_waiters()
         if layer is not None:
+            from asgiref.sync import async_to_sync
+
             async_to_sync(layer.group_send)(
                 GROUP_PREFIX + public_id, {"type": "interaction.resolved", "id": public_id}
             )

@@ -390,14 +390,17 @@ class InteractionDetailView(AsyncAPIView):
 
 
 async def wait_for_final(bot, public_id: str, wait: float, state: dict) -> dict | None:
-    """Poll the interaction until it is final or `wait` seconds passed. Subscribes to the
-    channel-layer group first (a wake-up between a poll and the subscription cannot be
-    missed), then polls with backoff (FIRST_POLL_INTERVAL doubling to MAX_POLL_INTERVAL,
-    never past `expires_at`, where the poll expires it). Returns the last state read."""
-    from channels.layers import get_channel_layer
+    """Poll the interaction until it is final or `wait` seconds passed.
 
-    deadline = time.monotonic() + wait
-    layer = get_channel_layer()
+    Subscribes first — to this process's wake-ups (`approvals.add_local_waiter`) and, with
+    Redis, to the channel-layer group — so a resolution between a poll and the subscription
+    cannot be missed; then polls the database with backoff (FIRST_POLL_INTERVAL doubling to
+    MAX_POLL_INTERVAL, never sleeping past `expires_at`, where the poll expires it). A wake-up
+    only triggers the next poll: the database is the truth. Returns the last state read."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    approvals.add_local_waiter(public_id, loop, woken)
+    layer = approvals.channel_layer_for_waiters()
     group = approvals.GROUP_PREFIX + public_id
     channel_name = None
     if layer is not None:
@@ -408,9 +411,11 @@ async def wait_for_final(bot, public_id: str, wait: float, state: dict) -> dict 
             log.warning("interaction %s: channel layer unavailable; polling only", public_id)
             channel_name = None
     read = sync_to_async(_read_state)
+    deadline = time.monotonic() + wait
     delay = FIRST_POLL_INTERVAL
     try:
         while True:
+            woken.clear()
             state = await read(bot, public_id)
             if state is None or state["status"] != Interaction.Status.PENDING:
                 return state
@@ -421,18 +426,21 @@ async def wait_for_final(bot, public_id: str, wait: float, state: dict) -> dict 
                 _parse_time(state["expires_at"]) - timezone.now()
             ).total_seconds() + 0.05
             pause = max(0.01, min(delay, remaining, max(until_expiry, 0.01)))
+            waits = [asyncio.ensure_future(woken.wait())]
             if channel_name is not None:
-                try:
-                    await asyncio.wait_for(layer.receive(channel_name), timeout=pause)
-                except TimeoutError:
-                    pass
-                except Exception:  # noqa: BLE001
+                waits.append(asyncio.ensure_future(layer.receive(channel_name)))
+            done, pending = await asyncio.wait(
+                waits, timeout=pause, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+            for task in done:
+                if task.exception() is not None:
                     log.warning("interaction %s: channel layer receive failed", public_id)
                     channel_name = None
-            else:
-                await asyncio.sleep(pause)
             delay = min(delay * 2, MAX_POLL_INTERVAL)
     finally:
+        approvals.remove_local_waiter(public_id, loop, woken)
         if channel_name is not None:
             try:
                 await layer.group_discard(group, channel_name)
