@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Leading Feishu mention placeholders (`@_user_1 `) before the command in group messages.
 MENTION_RE = re.compile(r"^(?:@_user_\d+\s*|@_all\s*)+")
+#: Refusals not answered in a Feishu chat: the id may belong to another bot in the chat (or
+#: the command is incomplete), and every bot there receives the message.
+SILENT_IN_CHATS = frozenset({"unknown_interaction", "malformed"})
 #: Longest typed message considered (characters).
 MAX_TEXT = 4000
 
@@ -125,8 +128,9 @@ def bilingual(text) -> str:
 def on_message(event) -> None:
     """Registry handler of Feishu `im.message.receive_v1` (`interactions.registry.LarkEvent`):
     a text message from a user that starts with `/_interaction` is handled like the API's
-    text command, and the sender gets a text reply (in zh-hans and English). Other messages
-    are ignored. Never logs the text or the sender."""
+    text command, and the sender gets a text reply (in zh-hans and English) — except for
+    unknown ids and incomplete commands (`SILENT_IN_CHATS`), which may be meant for another
+    bot in the chat. Other messages are ignored. Never logs the text or the sender."""
     message = event.event.get("message") if isinstance(event.event, dict) else None
     sender = event.event.get("sender") if isinstance(event.event, dict) else None
     if not isinstance(message, dict) or not isinstance(sender, dict):
@@ -147,6 +151,10 @@ def on_message(event) -> None:
         open_id=str(sender_id.get("open_id") or ""),
         chat_id=str(message.get("chat_id") or ""),
     )
+    if reply.code in SILENT_IN_CHATS:
+        # Several bots may share the chat: only the bot that owns the interaction answers.
+        log.info("text command in %s: %s; not answered", message.get("chat_id", "?"), reply.code)
+        return
     log.info(
         "text command in %s: %s (%s)",
         message.get("chat_id", "?"),
