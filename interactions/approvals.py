@@ -45,7 +45,8 @@ from django.utils import timezone
 from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.models import Bot, Chat
+from botadmin.models import Bot
+from botadmin.services import effective_policy_for
 from interactions import cards, channels, events, interaction_cards
 from interactions.interaction_cards import ALWAYS, APPROVE, DENY, SUBMIT
 from interactions.models import ApprovalRule, CardEntity, Interaction
@@ -323,7 +324,7 @@ def resolve(
             stable_event_id(current.public_id),
             resolved_event_data(current, rule),
             bot=current.bot,
-            team=_team_of(current.chat_id),
+            team=effective_policy_for(current.bot, current.chat_id).team,
             time=now,
         )
         if current.card is not None:
@@ -364,13 +365,6 @@ def resolved_event_data(ia: Interaction, rule: ApprovalRule | None = None) -> di
     if rule is not None:
         data["rule"] = rule_json(rule)
     return data
-
-
-def _team_of(chat_id: str):
-    """The team a chat is bound to (None for no or several bindings: fail closed)."""
-    chat = Chat.objects.filter(chat_id=chat_id).prefetch_related("teams").first()
-    teams = list(chat.teams.all()) if chat else []
-    return teams[0] if len(teams) == 1 else None
 
 
 def _record_rule(ia: Interaction, operator: str, now: datetime) -> ApprovalRule:

@@ -16,6 +16,7 @@ by default).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -328,7 +329,5 @@ def fallback_text(ia: Interaction, channel: str | None = None) -> str:
 
 
 def _strip_markdown(text: str) -> str:
-    import re
-
     text = re.sub(r' · <at id="[^"]*"></at>', "", text)
     return text.replace("**", "")

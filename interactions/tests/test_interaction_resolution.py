@@ -522,3 +522,14 @@ def test_resolution_racing_the_send_still_updates_the_card(lark_bot, lark_stub, 
     approvals.attach_card(ia, entity)
     _run_queue()
     assert not _has_buttons(lark_stub.cards[entity.card_id].card)
+
+
+def test_event_belongs_to_the_team_the_chat_is_bound_to(lark_bot, sent):
+    from botadmin.models import Chat, Team, TeamChat
+
+    team = Team.objects.create(name="Ops")
+    TeamChat.objects.create(team=team, chat=Chat.objects.create(chat_id=CHAT))
+    ia = sent()
+    click(lark_bot, ia, "approve")
+    (event,) = events_of(ia)
+    assert event.team_id == team.pk and event.bot_id == lark_bot.pk
