@@ -170,3 +170,193 @@ class CardUpdate(WorkItem):
     def __str__(self) -> str:
         what = "card" if self.card_json is not None else ",".join(sorted(self.elements)) or "-"
         return f"{self.card} [{what}] {self.status}"
+
+
+# =============================================================================================
+# Interactions across channels (issue 6): approvals, quick replies, forms, typed commands.
+# State changes: `interactions/approvals.py` (one `resolve()` for every path); rendering:
+# `interactions/interaction_cards.py`; channels: `interactions/channels.py`.
+# =============================================================================================
+
+
+class InteractionQuerySet(models.QuerySet):
+    def pending(self):
+        """Interactions still waiting for a person's answer."""
+        return self.filter(status=Interaction.Status.PENDING)
+
+    def due_for_expiry(self, now=None):
+        """Pending interactions whose `expires_at` has passed (what the sweeper resolves)."""
+        return self.pending().filter(expires_at__lte=now or timezone.now())
+
+    def of_bot(self, bot: Bot):
+        return self.filter(bot=bot)
+
+
+class Interaction(models.Model):
+    """A pending request for a person's input on any channel: an approval of a tool call, a
+    quick reply, a small form or a typed command (DESIGN §2 "interaction", issue 6).
+
+    - `public_id` (`ia_` + 16 hex) is what buttons and `/_interaction <id> <value>` carry.
+    - Who may answer: `allowed_open_ids` when set, else the requester (`requester_open_id`).
+    - `body` is the agent's question (≤ 4000 characters), never an answer body.
+    - `actions`: `[{id, label, value, style}]`; `fields` (forms): `[{name, label, type,
+      options, required, placeholder}]`.
+    - `status` moves once, `pending → resolved | expired | cancelled`, only through
+      `interactions.approvals.resolve` (a conditional UPDATE … WHERE status='pending'), which
+      also writes `resolution = {action_id, value, operator, via, at}` (`via`: card | text |
+      api | timeout | cancel) and the `interaction.resolved` event.
+    - `card` / `open_message_id`: the Feishu message it was rendered to (empty elsewhere).
+    """
+
+    class Kind(models.TextChoices):
+        APPROVAL = "approval", _("approval")
+        QUICK_REPLY = "quick_reply", _("quick reply")
+        FORM = "form", _("form")
+        COMMAND = "command", _("command")
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        RESOLVED = "resolved", _("resolved")
+        EXPIRED = "expired", _("expired")
+        CANCELLED = "cancelled", _("cancelled")
+
+    class Via(models.TextChoices):
+        CARD = "card", _("card")
+        TEXT = "text", _("text command")
+        API = "api", _("API")
+        TIMEOUT = "timeout", _("timeout")
+        CANCEL = "cancel", _("cancel")
+
+    class Scope(models.TextChoices):
+        SESSION = "session", _("session")
+        CHAT = "chat", _("chat")
+        BOT = "bot", _("bot")
+
+    public_id = models.CharField(_("interaction id"), max_length=40, unique=True)
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="interactions")
+    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
+    channel = models.CharField(_("channel kind"), max_length=12)
+    chat_id = models.CharField(_("chat_id"), max_length=64)
+    requester_open_id = models.CharField(_("requester open_id"), max_length=64, blank=True)
+    allowed_open_ids = models.JSONField(_("allowed operators"), default=list, blank=True)
+    session_id = models.CharField(_("session_id"), max_length=128, blank=True, default="")
+    request_id = models.CharField(
+        _("request id"),
+        max_length=128,
+        blank=True,
+        default="",
+        help_text=_("The caller's idempotency key: a retried create returns the same row."),
+    )
+    title = models.CharField(_("title"), max_length=200)
+    body = models.TextField(_("question"), blank=True, default="")
+    tool = models.CharField(_("tool"), max_length=128, blank=True, default="")
+    always_scope = models.CharField(
+        _("scope of an 'always' answer"), max_length=8, choices=Scope.choices, blank=True
+    )
+    actions = models.JSONField(_("actions"), default=list, blank=True)
+    fields = models.JSONField(_("form fields"), default=list, blank=True)
+    expires_at = models.DateTimeField(_("expires at"))
+    status = models.CharField(
+        _("status"), max_length=10, choices=Status.choices, default=Status.PENDING
+    )
+    resolution = models.JSONField(_("resolution"), null=True, blank=True)
+    resolved_at = models.DateTimeField(_("resolved at"), null=True, blank=True)
+    card = models.ForeignKey(
+        CardEntity, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    open_message_id = models.CharField(_("open_message_id"), max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    objects = InteractionQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("interaction")
+        verbose_name_plural = _("interactions")
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "request_id"],
+                condition=~Q(request_id=""),
+                name="interaction_request_id",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(status="pending"),
+                name="interaction_pending_expiry",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} {self.kind} {self.status}"
+
+    @property
+    def operators(self) -> list[str]:
+        """open_ids allowed to answer: the allow-list, else the requester."""
+        if self.allowed_open_ids:
+            return list(self.allowed_open_ids)
+        return [self.requester_open_id] if self.requester_open_id else []
+
+    @property
+    def is_final(self) -> bool:
+        return self.status != self.Status.PENDING
+
+
+class ApprovalRuleQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(revoked_at__isnull=True)
+
+    def matching(self, bot: Bot, tool: str, *, session_id: str = "", chat_id: str = ""):
+        """Active rules of `bot` for `tool` that cover a request naming `session_id` and
+        `chat_id`: bot-wide rules, chat rules of that chat, session rules of that session."""
+        scope = Q(scope=Interaction.Scope.BOT)
+        if chat_id:
+            scope |= Q(scope=Interaction.Scope.CHAT, chat_id=chat_id)
+        if session_id:
+            scope |= Q(scope=Interaction.Scope.SESSION, session_id=session_id)
+        return self.active().filter(bot=bot, tool=tool).filter(scope)
+
+
+class ApprovalRule(models.Model):
+    """ "Always allow `tool`" recorded when someone answered an approval with *always*.
+
+    Scoped to what the approval request named (`Interaction.always_scope`): one session, one
+    chat, or the whole bot. `GET /api/v1/approvals/check` returns a matching active rule so the
+    backend can skip asking. Revoked in the admin (`revoked_at`), never deleted.
+    """
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="approval_rules")
+    tool = models.CharField(_("tool"), max_length=128)
+    scope = models.CharField(_("scope"), max_length=8, choices=Interaction.Scope.choices)
+    session_id = models.CharField(_("session_id"), max_length=128, blank=True, default="")
+    chat_id = models.CharField(_("chat_id"), max_length=64, blank=True, default="")
+    interaction = models.ForeignKey(
+        Interaction,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("granted by"),
+    )
+    granted_by = models.CharField(_("granted by (open_id)"), max_length=64, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+
+    objects = ApprovalRuleQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("approval rule")
+        verbose_name_plural = _("approval rules")
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "tool", "scope", "session_id", "chat_id"],
+                condition=Q(revoked_at__isnull=True),
+                name="approval_rule_one_active",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = {"session": self.session_id, "chat": self.chat_id, "bot": ""}.get(self.scope, "")
+        return f"{self.tool} @ {self.scope} {where}".strip()

@@ -2,8 +2,33 @@
 
 from django.urls import path
 
+from interactions import interaction_views as iv
 from interactions.lark import ingress
 
 urlpatterns = [
     path("lark/<str:app_id>/callback", ingress.callback, name="lark-callback"),
+    # Interactions across channels (issue 6)
+    path("api/v1/interactions", iv.InteractionCreateView.as_view(), name="interactions"),
+    path(
+        "api/v1/interactions/text-command",
+        iv.TextCommandView.as_view(),
+        name="interaction-text-command",
+    ),
+    path(
+        "api/v1/interactions/<str:public_id>",
+        iv.InteractionDetailView.as_view(),
+        name="interaction-detail",
+    ),
+    path(
+        "api/v1/interactions/<str:public_id>/cancel",
+        iv.InteractionCancelView.as_view(),
+        name="interaction-cancel",
+    ),
+    path(
+        "api/v1/interactions/<str:public_id>/resolve",
+        iv.InteractionResolveView.as_view(),
+        name="interaction-resolve",
+    ),
+    path("api/v1/approvals/check", iv.ApprovalCheckView.as_view(), name="approval-check"),
+    path("api/v1/capabilities", iv.CapabilitiesView.as_view(), name="capabilities"),
 ]

@@ -14,6 +14,7 @@ What it answers (the shapes Feishu uses, `research/feishu.md` §6):
   dedupes), `PATCH /open-apis/im/v1/messages/<id>` (the new card must keep
   `config.update_multi: true`, else 230099), `GET …/messages/<id>`; a `PUT` on a message is
   recorded and refused (230001), so tests can assert it never happens (B13);
+  `POST /open-apis/im/v1/messages/<id>/reply` (text replies, kept in `stub.replies`);
 - every API call needs `Authorization: Bearer t-stub-<app_id>` (else 99991663).
 
 Assertions: `stub.calls` (every request, parsed), `stub.calls_to("PUT", "/open-apis/cardkit")`,
@@ -83,6 +84,7 @@ class FeishuStub:
         self.calls: list[Call] = []
         self.cards: dict[str, StubCard] = {}
         self.messages: dict[str, dict[str, Any]] = {}
+        self.replies: list[dict[str, Any]] = []
         self.token_requests = 0
         self._uuids: dict[tuple[str, str], str] = {}
         self._failures: list[_Failure] = []
@@ -294,6 +296,9 @@ class _Handler(BaseHTTPRequestHandler):
 
         if path == "/open-apis/im/v1/messages" and method == "POST":
             return self._send_message(query, body, app_id)
+        m = re.fullmatch(r"/open-apis/im/v1/messages/([^/]+)/reply", path)
+        if m and method == "POST":
+            return self._reply_message(m.group(1), body, app_id)
         m = re.fullmatch(r"/open-apis/im/v1/messages/([^/]+)", path)
         if m and method == "PATCH":
             return self._patch_message(m.group(1), body, app_id)
@@ -394,6 +399,18 @@ class _Handler(BaseHTTPRequestHandler):
             if uuid:
                 self.stub._uuids[(app_id, uuid)] = message_id
         return _ok(self._message_data(message_id))
+
+    def _reply_message(self, parent_id, body, app_id):
+        """A reply (text only here) to any message id; recorded in `stub.replies`."""
+        if not body or body.get("msg_type") != "text":
+            return _err(230001, "stub: only text replies are supported")
+        text = json.loads(body["content"]).get("text", "")
+        with self.stub._lock:
+            message_id = f"om_stub_{self.stub.new_id():024d}"
+            self.stub.replies.append(
+                {"app_id": app_id, "parent_id": parent_id, "message_id": message_id, "text": text}
+            )
+        return _ok({"message_id": message_id, "msg_type": "text"})
 
     def _message_data(self, message_id):
         message = self.stub.messages[message_id]

@@ -8,6 +8,7 @@
     gw.update_card(card_id, card, sequence=5)
     gw.patch_message(om_id, card)             # whole-card update of a non-entity card
     gw.get_message(om_id)                     # {"message_id", "msg_type", "chat_id", "content"}
+    gw.reply_text(om_id, "text")              # a plain-text reply to a message -> om_id
 
 Every call raises `LarkApiError` on failure (Feishu `code`/`msg`, `log_id`, HTTP status, and
 whether retrying can help). Nothing here touches the database.
@@ -23,6 +24,7 @@ sizes; never secrets or card text) and returns synthetic ids.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 from datetime import UTC, datetime
@@ -49,6 +51,8 @@ from lark_oapi.api.im.v1 import (
     GetMessageRequest,
     PatchMessageRequest,
     PatchMessageRequestBody,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
 )
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.token import TokenManager
@@ -180,6 +184,8 @@ class Gateway(Protocol):
     def patch_message(self, open_message_id: str, card: dict[str, Any]) -> None: ...
 
     def get_message(self, open_message_id: str) -> dict[str, Any]: ...
+
+    def reply_text(self, open_message_id: str, text: str, *, uuid: str | None = None) -> str: ...
 
 
 def is_dry_run(bot) -> bool:
@@ -423,6 +429,25 @@ class LarkGateway:
             "chat_id": item.chat_id,
             "content": item.body.content if item.body is not None else "",
         }
+
+    def reply_text(self, open_message_id: str, text: str, *, uuid: str | None = None) -> str:
+        """Reply to message `open_message_id` with plain `text` (e.g. the answer to a typed
+        `/_interaction` command); `uuid` dedupes a retried reply. Returns the reply's id."""
+        body = (
+            ReplyMessageRequestBody.builder()
+            .msg_type("text")
+            .content(json.dumps({"text": text}, ensure_ascii=False))
+        )
+        if uuid:
+            body = body.uuid(uuid[:50])
+        request = (
+            ReplyMessageRequest.builder()
+            .message_id(open_message_id)
+            .request_body(body.build())
+            .build()
+        )
+        response = self._call("im.message.reply", self.client.im.v1.message.reply, request)
+        return response.data.message_id
 
 
 def describe_card(card: Any) -> str:

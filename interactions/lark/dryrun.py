@@ -103,3 +103,10 @@ class DryRunGateway:
             "chat_id": "",
             "content": "",
         }
+
+    def reply_text(self, open_message_id: str, text: str, *, uuid: str | None = None) -> str:
+        message_id = f"om_dry_{secrets.token_hex(12)}"
+        self._log(
+            "im.message.reply", f"to {open_message_id} text {len(text)} chars -> {message_id}"
+        )
+        return message_id

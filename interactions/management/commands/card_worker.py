@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from interactions import cardworker, inbound
+from interactions import approvals, cardworker, inbound
 from interactions.workqueue import WorkerLoop
 
 
@@ -36,6 +36,7 @@ class Command(BaseCommand):
                 cardworker.recover_stale_updates,
                 inbound.prune_events,
                 cardworker.prune_finished,
+                approvals.expire_due,
             ],
             period=period,
         )
