@@ -130,6 +130,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Channels: in-memory layer in one process, Redis (channels-redis) when REDIS_URL is set.
 # ---------------------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
+#: Messages one channel (one WebSocket consumer) may hold before sends to it are dropped (the
+#: ASGI spec drops group sends silently past capacity, B15). A question panel receives a few
+#: messages per ask; correctness never depends on delivery (panels resync with the database).
+CHANNEL_CAPACITY = env.int("CARDLOOP_CHANNEL_CAPACITY", default=1000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -137,13 +141,18 @@ if REDIS_URL:
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 "prefix": env.str("CARDLOOP_CHANNEL_PREFIX", default="cardloop"),
-                "capacity": 1000,
+                "capacity": CHANNEL_CAPACITY,
                 "expiry": 60,
             },
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60},
+        }
+    }
 
 # ---------------------------------------------------------------------------------------------
 # Auth, i18n, static files
@@ -247,6 +256,13 @@ CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.5)
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).
 CARDLOOP_ASK_TIMEOUT = env.int("CARDLOOP_ASK_TIMEOUT", default=15 * 60)
+#: Question panels (`/ws/panel/`, interactions.panels): seconds between presence refreshes of
+#: a process's live panels, seconds after which an unrefreshed presence counts as gone (a
+#: process that died), and seconds between each panel's resync with the database (missed or
+#: dropped channel-layer pushes are repaired then, B15/B17).
+CARDLOOP_PANEL_HEARTBEAT = env.float("CARDLOOP_PANEL_HEARTBEAT", default=20.0)
+CARDLOOP_PANEL_PRESENCE_TTL = env.float("CARDLOOP_PANEL_PRESENCE_TTL", default=60.0)
+CARDLOOP_PANEL_RESYNC = env.float("CARDLOOP_PANEL_RESYNC", default=60.0)
 
 LOGGING = {
     "version": 1,

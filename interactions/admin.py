@@ -148,3 +148,7 @@ class ApprovalRuleAdmin(ReadOnlyAdmin):
             ngettext("%(n)d rule revoked.", "%(n)d rules revoked.", revoked) % {"n": revoked},
             messages.SUCCESS,
         )
+
+
+# Desktop tokens and panel connections (question panels, issue 7).
+from interactions import panel_admin  # noqa: E402,F401

@@ -360,3 +360,66 @@ class ApprovalRule(models.Model):
     def __str__(self) -> str:
         where = {"session": self.session_id, "chat": self.chat_id, "bot": ""}.get(self.scope, "")
         return f"{self.tool} @ {self.scope} {where}".strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Question panels: presence (issue 7, interactions.panels)
+# ---------------------------------------------------------------------------------------------
+
+
+class PanelPresenceQuerySet(models.QuerySet):
+    def live(self, now=None):
+        """Rows whose process refreshed them within `CARDLOOP_PANEL_PRESENCE_TTL` seconds."""
+        from interactions import panels
+
+        return self.filter(last_seen_at__gte=(now or timezone.now()) - panels.presence_ttl())
+
+    def expired(self, now=None):
+        from interactions import panels
+
+        return self.filter(last_seen_at__lt=(now or timezone.now()) - panels.presence_ttl())
+
+    def of_user(self, bot, open_id: str):
+        return self.filter(bot=bot, open_id=open_id)
+
+
+class PanelPresence(models.Model):
+    """One live question-panel WebSocket (`/ws/panel/`): which user it shows, which process
+    serves it. Any process answers "is this user connected" from these rows
+    (`interactions.panels.is_connected`).
+
+    Written only by `interactions.panels`: created on connect, deleted on disconnect, and
+    `last_seen_at` refreshed by the serving process every `CARDLOOP_PANEL_HEARTBEAT` seconds.
+    A process that dies leaves rows that stop being refreshed: they count as gone after
+    `CARDLOOP_PANEL_PRESENCE_TTL` seconds and are swept by the next heartbeat of any process.
+    """
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="panel_presences")
+    open_id = models.CharField(_("open_id"), max_length=64)
+    channel_name = models.CharField(_("channel name"), max_length=200, unique=True)
+    token = models.ForeignKey(
+        "botadmin.DesktopToken",
+        on_delete=models.CASCADE,
+        related_name="presences",
+        verbose_name=_("desktop token"),
+    )
+    server = models.CharField(
+        _("server"), max_length=64, help_text=_("The process (host:pid:nonce) serving it.")
+    )
+    via = models.CharField(_("client"), max_length=16, default="desktop")
+    connected_at = models.DateTimeField(_("connected at"), default=timezone.now)
+    last_seen_at = models.DateTimeField(_("last seen"), default=timezone.now)
+
+    objects = PanelPresenceQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("panel connection")
+        verbose_name_plural = _("panel connections")
+        ordering = ["-connected_at"]
+        indexes = [
+            models.Index(fields=["bot", "open_id", "last_seen_at"], name="panel_presence_user"),
+            models.Index(fields=["last_seen_at"], name="panel_presence_seen"),
+        ]
+
+    def __str__(self) -> str:
+        return f"panel {self.pk} via {self.via} on {self.server}"
