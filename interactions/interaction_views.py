@@ -101,7 +101,9 @@ class FormFieldSerializer(serializers.Serializer):
 class InteractionCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/interactions`."""
 
-    kind = serializers.ChoiceField(choices=Interaction.Kind.choices)
+    kind = serializers.ChoiceField(
+        choices=[c for c in Interaction.Kind.choices if c[0] != Interaction.Kind.ASK]
+    )
     channel = serializers.CharField(
         default=channels.FEISHU,
         max_length=16,

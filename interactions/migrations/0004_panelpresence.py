@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('botadmin', '0001_initial'),
-        ('interactions', '0002_interaction_approvalrule_and_more'),
+        ('interactions', '0003_asks_progress_sessions'),
     ]
 
     operations = [
