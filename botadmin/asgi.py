@@ -36,22 +36,28 @@ class BrowserOriginValidator(OriginValidator):
     Consumers must not accept cookie authentication without an Origin
     (`interactions.panels.authenticate_scope` does not)."""
 
+    def __init__(self, application):
+        super().__init__(application, [])
+
+    @property
+    def allowed_origins(self) -> list[str]:
+        """settings.ALLOWED_HOSTS, read per handshake (as Django's host check does)."""
+        hosts = list(settings.ALLOWED_HOSTS)
+        if settings.DEBUG and not hosts:
+            hosts = ["localhost", "127.0.0.1", "[::1]"]
+        return hosts
+
+    @allowed_origins.setter
+    def allowed_origins(self, value) -> None:
+        pass  # always settings.ALLOWED_HOSTS
+
     def valid_origin(self, parsed_origin):
         return parsed_origin is None or super().valid_origin(parsed_origin)
-
-
-def _allowed_origins() -> list[str]:
-    hosts = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not hosts:
-        hosts = ["localhost", "127.0.0.1", "[::1]"]
-    return hosts
 
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": BrowserOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), _allowed_origins()
-        ),
+        "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -50,15 +50,20 @@ class PanelConsumer(AsyncWebsocketConsumer):
         self.timer = asyncio.get_running_loop().create_task(self._resync_loop())
 
     async def disconnect(self, code):
-        if self.timer is not None:
+        if self.timer is not None and self.timer is not asyncio.current_task():
             self.timer.cancel()
-        if self.user is None:
+        await self._leave()
+
+    async def _leave(self):
+        """Leave the group and drop the presence row (idempotent). If this is cancelled
+        midway, the row expires: the heartbeat no longer refreshes a detached channel."""
+        if self.user is None or not self.group:
             return
+        group, self.group = self.group, ""
         panels.LOCAL.detach(self.channel_name)
         try:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(group, self.channel_name)
         finally:
-            # If this is cancelled too, the row expires: the heartbeat no longer refreshes it.
             await database_sync_to_async(panels.unregister)(self.channel_name)
 
     # -- client → server ------------------------------------------------------------------
@@ -118,6 +123,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         while True:
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))  # noqa: S311 - jitter
             if not await database_sync_to_async(panels.token_is_active)(self.user.token_id):
+                await self._leave()
                 await self._send(
                     {
                         "type": "error",

@@ -7,11 +7,11 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 
 from botadmin import services
 from interactions import panels
 from interactions.models import PanelPresence
+from interactions.tests.panel_helpers import communicator, receive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,19 +27,6 @@ def token(make_bot):
     bot = make_bot(app_id="cli_panel")
     raw, row = services.issue_desktop_token("test", bot, "ou_alice", "test")
     return raw, row
-
-
-def communicator(*, raw=None, subprotocols=None, headers=None):
-    from botadmin.asgi import application
-
-    hdrs = list(headers or [])
-    if raw is not None:
-        hdrs.append((b"authorization", f"Bearer {raw}".encode()))
-    return WebsocketCommunicator(application, "/ws/panel/", headers=hdrs, subprotocols=subprotocols)
-
-
-async def receive(comm, timeout=5):
-    return json.loads(await comm.receive_from(timeout))
 
 
 async def test_missing_or_wrong_token_gets_an_error_frame_and_close_4401(token, no_asks):
