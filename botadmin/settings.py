@@ -232,6 +232,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "ProgressStatusEnum": "interactions.models.ProgressSession.Status",
+    },
 }
 
 # ---------------------------------------------------------------------------------------------

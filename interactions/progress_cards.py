@@ -16,6 +16,11 @@
 - terminal states and `recovering` render **no form**; `recovering` says that the agent
   restarted and earlier questions were withdrawn.
 
+Feishu refuses cards over 30 KB or 200 components: when the full card would not fit, the
+renderer shortens (option descriptions, then question text, summary and tool lines) and, as a
+last resort, shows only the oldest forms that fit with a note that more questions wait (they
+appear as earlier ones are answered; panels always get every ask).
+
 Field names are unique across the card (Feishu: names are card-wide): the first form uses
 `q<i>` / `c<i>`, form n ≥ 1 uses `q<i>_<n>` / `c<i>_<n>` (`field_names`).
 """
@@ -26,7 +31,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from interactions.lark.cardjson import callback_behaviors
+from interactions.lark.cardjson import callback_behaviors, validate_card
 from interactions.models import Interaction, ProgressSession
 
 #: Callback kinds routed by the registry.
@@ -100,28 +105,50 @@ def status_label(status: str) -> str:
     }.get(status, status)
 
 
-def question_markdown(question: dict[str, Any]) -> str:
-    """The markdown shown above a question's select: header, question, option descriptions."""
+#: Shortening levels used to fit Feishu's card limits: (question chars, description chars,
+#: summary chars, tool lines); None = unlimited, 0 = omitted.
+LEVELS = (
+    (None, None, None, MAX_TOOL_LINES),
+    (500, 100, 1000, 5),
+    (200, 0, 500, 0),
+    (100, 0, 200, 0),
+)
+
+
+def _cut(text: str, limit: int | None) -> str:
+    text = str(text)
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)] + "…"
+
+
+def question_markdown(question: dict[str, Any], level: int = 0) -> str:
+    """The markdown shown above a question's select: header, question, option descriptions
+    (shortened at `level` > 0, see LEVELS)."""
+    q_limit, d_limit, _s, _t = LEVELS[level]
     lines = []
     header = question.get("header") or ""
     head = f"**{_escape(header)}** · " if header else ""
-    lines.append(f"{head}{_escape(question['question'])}")
+    lines.append(f"{head}{_escape(_cut(question['question'], q_limit))}")
     if question.get("multiSelect"):
         lines.append(_("(choose one or more)"))
-    for option in question.get("options", []):
-        description = option.get("description") or ""
-        if description:
-            lines.append(f"- **{_escape(option['label'])}**: {_escape(description)}")
+    if d_limit != 0:
+        for option in question.get("options", []):
+            description = option.get("description") or ""
+            if description:
+                lines.append(
+                    f"- **{_escape(option['label'])}**: {_escape(_cut(description, d_limit))}"
+                )
     return "\n".join(lines)
 
 
-def ask_form(ask: Interaction) -> dict[str, Any]:
+def ask_form(ask: Interaction, level: int = 0) -> dict[str, Any]:
     """The `form` of one pending ask (see module docstring)."""
     n = ask.form_index
     components: list[dict[str, Any]] = []
     for i, question in enumerate(ask.questions):
         select_name, other_name = field_names(n, i)
-        components.append(_md(question_markdown(question)))
+        components.append(_md(question_markdown(question, level)))
         multi = bool(question.get("multiSelect"))
         components.append(
             {
@@ -203,12 +230,34 @@ def _buttons(session: ProgressSession) -> dict[str, Any] | None:
 
 def render(session: ProgressSession, asks: list[Interaction] = ()) -> dict[str, Any]:
     """Card JSON 2.0 of `session` with `asks` (its pending asks, any order) as forms when the
-    session is running. Valid for `interactions.lark.cardjson.validate_card` in every state."""
+    session is running. Valid for `interactions.lark.cardjson.validate_card` in every state
+    (shortened to fit Feishu's limits, see module docstring)."""
+    pending = sorted(
+        (a for a in asks if a.status == Interaction.Status.PENDING),
+        key=lambda a: (a.form_index, a.created_at),
+    )
+    card: dict[str, Any] = {}
+    for level in range(len(LEVELS)):
+        card = _render(session, pending, level, hidden=0)
+        if not validate_card(card):
+            return card
+    for shown in range(len(pending) - 1, -1, -1):
+        card = _render(session, pending[:shown], len(LEVELS) - 1, hidden=len(pending) - shown)
+        if not validate_card(card):
+            return card
+    return card
+
+
+def _render(
+    session: ProgressSession, pending: list[Interaction], level: int, *, hidden: int
+) -> dict[str, Any]:
+    _q, _d, summary_limit, tool_limit = LEVELS[level]
     title = session.title or _("Task in progress")
     elements: list[dict[str, Any]] = []
     if session.summary:
-        elements.append(_md(_escape(session.summary), "progress_summary"))
-    lines = [str(line)[:MAX_TOOL_LINE] for line in (session.tool_lines or [])][-MAX_TOOL_LINES:]
+        elements.append(_md(_escape(_cut(session.summary, summary_limit)), "progress_summary"))
+    lines = [str(line)[:MAX_TOOL_LINE] for line in (session.tool_lines or [])]
+    lines = lines[-tool_limit:] if tool_limit else []
     if lines:
         elements.append(_md("\n".join(f"- {_escape(line)}" for line in lines), "progress_tools"))
     if session.status == ProgressSession.Status.RECOVERING:
@@ -226,9 +275,19 @@ def render(session: ProgressSession, asks: list[Interaction] = ()) -> dict[str, 
             _md(_("Cancellation requested; waiting for the agent to stop."), "progress_cancel")
         )
     if session.shows_forms:
-        for ask in sorted(asks, key=lambda a: (a.form_index, a.created_at)):
-            if ask.status == Interaction.Status.PENDING:
-                elements.append(ask_form(ask))
+        for ask in pending:
+            elements.append(ask_form(ask, level))
+        if hidden:
+            elements.append(
+                _md(
+                    _(
+                        "%(n)s more question request(s) are waiting; they appear here when "
+                        "these are answered."
+                    )
+                    % {"n": hidden},
+                    "progress_more",
+                )
+            )
     elements.append(_buttons(session))
     return {
         "schema": "2.0",
