@@ -104,6 +104,7 @@
     var button = el("button", { type: "submit", "class": "submit" }, T.submit);
     footer.appendChild(button);
     form.appendChild(footer);
+    form.addEventListener("input", function () { error.textContent = ""; });
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       submit(message, form, button, error);
