@@ -139,7 +139,10 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                # redis-py 8 reads with a 5 s socket timeout by default, shorter than the
+                # layer's blocking BZPOPMIN: idle consumers would die with 1011 every ~5 s
+                # (django/channels_redis#422). No client-side read timeout, as before redis 8.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
                 "prefix": env.str("CARDLOOP_CHANNEL_PREFIX", default="cardloop"),
                 "capacity": CHANNEL_CAPACITY,
                 "expiry": 60,

@@ -138,3 +138,27 @@ async def test_a_killed_process_stops_counting_as_connected_after_the_ttl(
         await asyncio.sleep(0.2)
     assert len(servers) == 1
     await second.close()
+
+
+async def test_an_idle_panel_on_the_redis_layer_stays_connected_and_gets_later_pushes(
+    panel_user, key, daphnes
+):
+    """redis-py 8 reads with a 5 s socket timeout by default; without `socket_timeout: None`
+    in CHANNEL_LAYERS an idle consumer's blocking receive times out and Daphne closes it with
+    1011 after ~5 s (django/channels_redis#422)."""
+    _bot, raw, _token = panel_user
+    a = daphnes.start("a")
+    async with (
+        connect(ws_url(a), additional_headers={"Authorization": f"Bearer {raw}"}) as ws,
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=20) as api,
+    ):
+        assert (await ws_receive(ws))["type"] == "snapshot"
+        await asyncio.sleep(12)  # idle past two blocking-receive periods
+        created = await api.post(
+            f"{a}/api/v1/sessions/sess_idle/asks",
+            json={"questions": QUESTIONS, "requester_open_id": REQUESTER},
+        )
+        assert created.status_code == 201, created.text
+        pushed = await ws_receive_until(ws, lambda f: f["type"] == "ask_user_questions")
+        assert pushed["requestId"] == created.json()["requestId"]
+    assert "Timeout reading" not in daphnes.log("a")
