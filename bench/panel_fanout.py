@@ -29,7 +29,6 @@ import os
 import platform
 import secrets
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
