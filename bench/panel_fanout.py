@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 APP_ID = "cli_bench_panel"
-USER = "ou_bench_user"
-SESSION = "bench_session"
+USER = "ou_bench_user_{}"
+SESSION = "bench_session_{}"
 QUESTIONS = [
     {
         "question": "Which database should the service use?",
@@ -79,9 +79,9 @@ def configure(secret_dir: str) -> dict[str, str]:
     return {**os.environ, **env}
 
 
-def prepare() -> dict:
+def prepare(users: int) -> dict:
     """Migrate, then create the bench bot (encrypt key + verification token, no app secret),
-    a desktop token of USER and a bot API key. Previous bench asks are cancelled."""
+    a desktop token per user and a bot API key. Previous bench asks are cancelled."""
     import django
 
     django.setup()
@@ -101,12 +101,14 @@ def prepare() -> dict:
     bot.save()
     Interaction.objects.filter(bot=bot, status="pending").update(status="cancelled")
     PanelPresence.objects.filter(bot=bot).delete()
-    raw_token, _token = services.issue_desktop_token("bench", bot, USER, "bench")
+    tokens = [
+        services.issue_desktop_token("bench", bot, USER.format(u), "bench")[0] for u in range(users)
+    ]
     raw_key, lookup = BotApiKey.new_raw()
     key = BotApiKey(bot=bot, label="bench")
     key.set_raw(raw_key, lookup)
     key.save()
-    return {"bot": bot, "token": raw_token, "key": raw_key}
+    return {"bot": bot, "tokens": tokens, "key": raw_key}
 
 
 def start_daphne(env: dict, log_path: Path) -> tuple[subprocess.Popen, str]:
@@ -143,8 +145,9 @@ def start_daphne(env: dict, log_path: Path) -> tuple[subprocess.Popen, str]:
 class Panel:
     """One client: records when each (type, requestId) frame arrived."""
 
-    def __init__(self, ws):
+    def __init__(self, ws, user: int):
         self.ws = ws
+        self.user = user
         self.seen: dict[tuple[str, str], float] = {}
         self.snapshot = asyncio.Event()
         self.task: asyncio.Task | None = None
@@ -195,76 +198,85 @@ async def run(url: str, world: dict, args) -> dict:
         return left
 
     ws_url = url.replace("http://", "ws://") + "/ws/panel/"
-    headers = {"Authorization": f"Bearer {world['token']}"}
     waiters: dict = {}
     panels: list[Panel] = []
     gate = asyncio.Semaphore(50)
 
-    async def open_one():
+    async def open_one(n):
+        user = n % args.users
         async with gate:
             ws = await connect(
                 ws_url,
-                additional_headers=headers,
+                additional_headers={"Authorization": f"Bearer {world['tokens'][user]}"},
                 open_timeout=60,
                 max_queue=None,
                 ping_interval=None,
             )
-            panel = Panel(ws)
+            panel = Panel(ws, user)
             panel.task = asyncio.create_task(panel.read(waiters))
             await asyncio.wait_for(panel.snapshot.wait(), 60)
             panels.append(panel)
 
     t = time.perf_counter()
-    await asyncio.wait_for(asyncio.gather(*(open_one() for _ in range(args.panels))), remaining())
+    await asyncio.wait_for(asyncio.gather(*(open_one(n) for n in range(args.panels))), remaining())
     connect_s = time.perf_counter() - t
     print(f"{len(panels)} panels connected in {connect_s:.1f} s", flush=True)
 
     api = httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {world['key']}"}, timeout=60
     )
-    progress = await api.put(
-        f"/api/v1/sessions/{SESSION}/progress",
-        json={
-            "status": "running",
-            "title": "Bench",
-            "chat_id": "oc_bench_chat",
-            "requester_open_id": USER,
-        },
-    )
-    assert progress.status_code in (200, 201), progress.text
-
     from asgiref.sync import sync_to_async
 
     from interactions.models import Ask, ProgressSession
 
-    session = await sync_to_async(
-        lambda: ProgressSession.objects.select_related("card").get(
-            bot__app_id=APP_ID, session_id=SESSION
-        )
-    )()
-    open_message_id = session.card.open_message_id
+    open_message_ids: dict[int, str] = {}
+
+    async def progress_card(user: int) -> str:
+        """The user's running progress card (sent, dry run, on first use)."""
+        if user not in open_message_ids:
+            progress = await api.put(
+                f"/api/v1/sessions/{SESSION.format(user)}/progress",
+                json={
+                    "status": "running",
+                    "title": "Bench",
+                    "chat_id": "oc_bench_chat",
+                    "requester_open_id": USER.format(user),
+                },
+            )
+            assert progress.status_code in (200, 201), progress.text
+            session = await sync_to_async(
+                lambda: ProgressSession.objects.select_related("card").get(
+                    bot__app_id=APP_ID, session_id=SESSION.format(user)
+                )
+            )()
+            open_message_ids[user] = session.card.open_message_id
+        return open_message_ids[user]
+
     encrypt_key = "bench-encrypt-key"
 
     ask_each, ask_all, post_ms, cancel_each, cancel_all, callback_ms = [], [], [], [], [], []
     ask_first, cancel_first = [], []
     for n in range(args.asks):
         remaining()
+        user = n % args.users
+        targets = [p for p in panels if p.user == user]
+        open_message_id = await progress_card(user)
         t0 = time.perf_counter()
         response = await api.post(
-            f"/api/v1/sessions/{SESSION}/asks",
-            json={"questions": QUESTIONS, "requester_open_id": USER},
+            f"/api/v1/sessions/{SESSION.format(user)}/asks",
+            json={"questions": QUESTIONS, "requester_open_id": USER.format(user)},
         )
         post_ms.append((time.perf_counter() - t0) * 1000)
         assert response.status_code == 201, response.text
         request_id = response.json()["requestId"]
         # Frames may already have arrived: count what is left.
         key = ("ask_user_questions", request_id)
-        pending = sum(1 for p in panels if key not in p.seen)
+        pending = sum(1 for p in targets if key not in p.seen)
         done = asyncio.Event()
         waiters[key] = [pending, done]
         if pending:
             await asyncio.wait_for(done.wait(), min(60, remaining()))
-        times = [(p.seen[key] - t0) * 1000 for p in panels]
+        times = [(p.seen[key] - t0) * 1000 for p in targets]
         ask_each.extend(times)
         ask_all.append(max(times))
         ask_first.append(min(times))
@@ -278,10 +290,10 @@ async def run(url: str, world: dict, args) -> dict:
             {
                 "header.app_id": APP_ID,
                 "header.token": "bench-verification-token",
-                "event.operator.open_id": USER,
+                "event.operator.open_id": USER.format(user),
                 "event.action.value.requestId": request_id,
-                "event.action.value.sessionId": SESSION,
-                "event.action.value.sender": USER,
+                "event.action.value.sessionId": SESSION.format(user),
+                "event.action.value.sender": USER.format(user),
                 "event.context.open_message_id": open_message_id,
                 "event.action.form_value": {q0: "1", c0: "", q1: ["0"], c1: ""},
             },
@@ -293,12 +305,12 @@ async def run(url: str, world: dict, args) -> dict:
         callback_ms.append((time.perf_counter() - t1) * 1000)
         toast = answer.json().get("toast", {}).get("i18n", {}).get("zh_cn")
         assert answer.status_code == 200 and toast == "已提交", answer.text
-        pending = sum(1 for p in panels if key not in p.seen)
+        pending = sum(1 for p in targets if key not in p.seen)
         done = asyncio.Event()
         waiters[key] = [pending, done]
         if pending:
             await asyncio.wait_for(done.wait(), min(60, remaining()))
-        times = [(p.seen[key] - t1) * 1000 for p in panels]
+        times = [(p.seen[key] - t1) * 1000 for p in targets]
         cancel_each.extend(times)
         cancel_all.append(max(times))
         cancel_first.append(min(times))
@@ -329,12 +341,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--panels", type=int, default=1000)
     parser.add_argument("--asks", type=int, default=20)
+    parser.add_argument(
+        "--users",
+        type=int,
+        default=1,
+        help="spread the panels over this many users (1: every ask goes to every panel)",
+    )
     parser.add_argument("--max-seconds", type=float, default=600)
     args = parser.parse_args()
 
     secret_dir = tempfile.mkdtemp(prefix="cardloop-bench-secrets-")
     env = configure(secret_dir)
-    world = prepare()
+    world = prepare(args.users)
     from django.conf import settings
     from django.db import connection
 
@@ -356,7 +374,10 @@ def main() -> None:
         f"{platform.python_version()}, {connection.vendor}, {layer}; "
         f"load avg at start {load_before[0]:.1f}, at end {os.getloadavg()[0]:.1f}"
     )
-    print(f"{args.panels} panels of one user, one Daphne process; {args.asks} asks")
+    print(
+        f"{args.panels} panels of {args.users} user(s), one Daphne process; {args.asks} asks, "
+        f"each to the {args.panels // args.users} panel(s) of one user"
+    )
     print(f"connect (50 handshakes at a time)   {result['connect_s']:.1f} s")
     print(summary("POST asks (answer)", result["post_ms"]))
     print(summary("ask -> each panel", result["ask_each"]))

@@ -152,7 +152,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            # channels' layer with its per-receive expiry sweep rate-limited (O(N²) fan-out)
+            "BACKEND": "botadmin.layers.InMemoryChannelLayer",
             "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60},
         }
     }

@@ -59,7 +59,7 @@ async def test_no_panel_means_no_channel_and_a_connected_panel_gets_the_push(pan
     ask = await db(register)(bot)
     pushed = await receive(comm)
     assert pushed == asks.panel_message(ask)
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_snapshot_on_connect_lists_every_open_ask_of_that_user_only(panel_user):
@@ -83,7 +83,7 @@ async def test_snapshot_on_connect_lists_every_open_ask_of_that_user_only(panel_
     assert [(await receive(second))["requestId"] for _ in expected] == expected
     assert theirs.public_id not in envelope["requestIds"]
     for comm in (first, second, other):
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_answer_from_the_panel_is_accepted_and_every_panel_is_told_answered(panel_user):
@@ -112,7 +112,7 @@ async def test_answer_from_the_panel_is_accepted_and_every_panel_is_told_answere
     rejected = await receive(b)
     assert rejected["type"] == "ask_user_questions_rejected" and rejected["code"] == "finished"
     for comm in (a, b):
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_refused_answers_are_rejected_with_their_code_and_the_ask_stays_open(panel_user):
@@ -146,7 +146,7 @@ async def test_refused_answers_are_rejected_with_their_code_and_the_ask_stays_op
     assert (await receive(other))["code"] == "not_sender"
     assert (await db(Ask.objects.get)(pk=ask.pk)).status == "pending"
     for c in (comm, other):
-        await c.disconnect()
+        await c.disconnect(timeout=10)
 
 
 async def test_timeout_and_cancel_reach_the_panel_with_their_reason(panel_user):
@@ -162,7 +162,7 @@ async def test_timeout_and_cancel_reach_the_panel_with_their_reason(panel_user):
 
     await db(approvals.expire_due)()
     assert await receive(comm) == asks.cancelled_message(ask2.public_id, "timeout")
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_presence_follows_connections_and_a_dead_process_expires(panel_user, settings):
@@ -178,7 +178,7 @@ async def test_presence_follows_connections_and_a_dead_process_expires(panel_use
     # A heartbeat of a live process sweeps the dead row (and refreshes only live channels).
     assert await db(panels.refresh)(["specific.gone!1"]) == 0
     assert await db(PanelPresence.objects.count)() == 0
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_heartbeat_keeps_a_live_panel_present(panel_user, settings):
@@ -191,7 +191,7 @@ async def test_heartbeat_keeps_a_live_panel_present(panel_user, settings):
     await asyncio.sleep(0.8)  # past the TTL: only refreshes keep it present
     assert await db(panels.is_connected)(bot, REQUESTER)
     assert (await db(PanelPresence.objects.get)()).last_seen_at > first
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
     assert not await db(panels.is_connected)(bot, REQUESTER)
 
 
@@ -259,7 +259,7 @@ async def test_b15_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_i
         )
         assert accepted["requestId"] == one
         for c in (comm, again):
-            await c.disconnect()
+            await c.disconnect(timeout=10)
     finally:
         channel_layers.backends.clear()
 
@@ -284,7 +284,7 @@ async def test_b15_a_lost_push_is_repaired_by_the_periodic_resync_and_logged(
     assert panels.STATS["resync_repaired"] == repaired + 2
     assert "resync repaired a lost push: 1 question(s) missing" in caplog.text
     assert "0 question(s) missing, 1 stale" in caplog.text
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_b17_a_panel_that_reconnects_learns_what_was_answered_meanwhile(panel_user):
@@ -296,7 +296,7 @@ async def test_b17_a_panel_that_reconnects_learns_what_was_answered_meanwhile(pa
     await receive(comm)
     ask = await db(register)(bot)
     await receive(comm)
-    await comm.disconnect(code=1006)  # dropped; the server runs disconnect()
+    await comm.disconnect(code=1006, timeout=10)  # dropped; the server runs disconnect()
     outcome = await db(asks.submit_answers)(
         bot, ask.public_id, ANSWERS, via="card", operator_open_id=REQUESTER
     )
@@ -307,7 +307,7 @@ async def test_b17_a_panel_that_reconnects_learns_what_was_answered_meanwhile(pa
     await again.send_json_to(result(ask.public_id))
     rejected = await receive(again)
     assert rejected["type"] == "ask_user_questions_rejected" and rejected["code"] == "finished"
-    await again.disconnect()
+    await again.disconnect(timeout=10)
     # Dead channels leave the group: a push now reaches nobody and raises nothing.
     from channels.layers import get_channel_layer
 
@@ -345,8 +345,8 @@ async def test_b17_stress_20_reconnecting_panels_while_200_asks_are_answered_els
     async def flap(n):
         for _ in range(5):
             comm = await connected(raw)
-            await receive(comm)  # snapshot envelope
-            await comm.disconnect(code=1006)
+            await receive(comm, timeout=30)  # snapshot envelope
+            await comm.disconnect(code=1006, timeout=10)
         return n
 
     await asyncio.gather(answer_all(), *(flap(n) for n in range(20)))
@@ -354,8 +354,8 @@ async def test_b17_stress_20_reconnecting_panels_while_200_asks_are_answered_els
     finals = [await connected(raw) for _ in range(20)]
     expected = [r for r in ids if r not in answered]
     for comm in finals:
-        envelope = await receive(comm)
+        envelope = await receive(comm, timeout=30)
         assert envelope["requestIds"] == expected
     for comm in [*finals, keeper]:
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
     assert await db(PanelPresence.objects.count)() == 0

@@ -64,7 +64,7 @@ async def test_header_token_connects_registers_presence_and_disconnect_clears_it
     assert not await database_sync_to_async(panels.is_connected)(bot, "ou_bob")
     presence = await database_sync_to_async(PanelPresence.objects.get)()
     assert presence.via == "desktop" and presence.server == panels.SERVER_ID
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
     assert not await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
     assert await database_sync_to_async(PanelPresence.objects.count)() == 0
 
@@ -74,7 +74,7 @@ async def test_subprotocol_token_is_accepted_and_the_panel_subprotocol_selected(
     connected, subprotocol = await comm.connect()
     assert connected and subprotocol == panels.SUBPROTOCOL
     assert (await receive(comm))["type"] == "snapshot"
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_push_reaches_every_panel_of_the_user_and_no_one_else(token, make_bot, no_asks):
@@ -93,7 +93,7 @@ async def test_push_reaches_every_panel_of_the_user_and_no_one_else(token, make_
     assert await receive(second) == message
     assert await bob.receive_nothing(0.3)
     for comm in (first, second, bob):
-        await comm.disconnect()
+        await comm.disconnect(timeout=10)
 
 
 async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token, no_asks):
@@ -133,7 +133,7 @@ async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token,
     assert detail == {"answers[0].question": "a string is required"}
     await comm.send_to(text_data=json.dumps({"type": "ping"}))
     assert await receive(comm) == {"type": "pong"}
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
 
 
 async def test_web_session_authenticates_only_with_a_browser_origin(token, no_asks, client):
@@ -145,7 +145,7 @@ async def test_web_session_authenticates_only_with_a_browser_origin(token, no_as
     assert (await receive(browser))["type"] == "snapshot"
     presence = await database_sync_to_async(PanelPresence.objects.get)()
     assert presence.via == "web"
-    await browser.disconnect()
+    await browser.disconnect(timeout=10)
     # Without an Origin the cookie does not count (only browsers send cookies implicitly).
     no_origin = communicator(headers=[(b"cookie", cookie)])
     await no_origin.connect()

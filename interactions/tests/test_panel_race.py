@@ -114,7 +114,7 @@ async def _race(rounds, lark_bot, lark_callback, progress):
             Event.objects.filter(type="interaction.resolved", body__contains=ask.public_id).count
         )()
         assert count == 1
-    await comm.disconnect()
+    await comm.disconnect(timeout=10)
     return wins
 
 
