@@ -100,6 +100,9 @@ class PanelConsumer(AsyncWebsocketConsumer):
                 raise panels.ClientError("unknown_type", {"type": kind[:64]})
         except panels.ClientError as exc:
             await self._send(exc.frame())
+        except Exception:  # noqa: BLE001 - one failed frame must not end the panel
+            log.exception("panel frame failed")
+            await self._send({"type": "error", "error": "internal_error", "detail": "Try again."})
 
     # -- channel layer → server → client ----------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -109,9 +110,17 @@ class DesktopTokenAdmin(admin.ModelAdmin):
     def status(self, obj):
         return gettext("active") if obj.revoked_at is None else gettext("revoked")
 
-    @admin.display(description=_("live panels"))
+    def get_queryset(self, request):
+        since = timezone.now() - panels.presence_ttl()
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(live_panels=Count("presences", filter=Q(presences__last_seen_at__gte=since)))
+        )
+
+    @admin.display(description=_("live panels"), ordering="live_panels")
     def connected(self, obj):
-        return PanelPresence.objects.live().filter(token=obj).count()
+        return obj.live_panels
 
     def save_model(self, request, obj, form, change):
         if change:

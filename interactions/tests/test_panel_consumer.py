@@ -154,3 +154,20 @@ async def test_web_session_authenticates_only_with_a_browser_origin(token, no_as
     foreign = communicator(headers=[(b"cookie", cookie), (b"origin", b"http://evil.example")])
     connected, _ = await foreign.connect()
     assert not connected
+
+
+async def test_a_failing_answer_gets_an_internal_error_frame_and_the_panel_stays_open(
+    token, no_asks, monkeypatch
+):
+    def broken(user, message):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(panels, "submit", broken)
+    comm = communicator(raw=token[0])
+    await comm.connect()
+    await receive(comm)
+    await comm.send_json_to({"type": "ask_user_questions_result", "requestId": "a", "answers": []})
+    assert (await receive(comm))["error"] == "internal_error"
+    await comm.send_json_to({"type": "ping"})
+    assert await receive(comm) == {"type": "pong"}
+    await comm.disconnect(timeout=10)
