@@ -687,14 +687,16 @@ def update_progress(
                 log_id=getattr(exc, "log_id", ""),
                 problems=getattr(exc, "problems", ()),
             ) from None
+        # asks registered while sending point at the card (their rows first, then the
+        # session's: the lock order of resolve(), so the two never deadlock)
+        Ask.objects.of_session(bot, session_id).pending().filter(card__isnull=True).update(
+            card=entity, open_message_id=entity.open_message_id
+        )
         with transaction.atomic():
             locked = ProgressSession.objects.select_for_update().get(pk=session.pk)
             locked.card = entity
             locked.sending_since = None
             locked.save(update_fields=["card", "sending_since", "updated_at"])
-            Ask.objects.of_session(bot, session_id).pending().filter(card__isnull=True).update(
-                card=entity, open_message_id=entity.open_message_id
-            )
             if locked.state_version != rendered_version:  # changed while sending
                 _refresh_card(locked)
         sent = True

@@ -320,3 +320,43 @@ def test_async_long_poll_through_asgi_is_woken_by_a_card_submit(api, panel):
         body = json.loads(response["body"])
         assert body["status"] == "answered" and body["answered_via"] == "card"
         assert body["answers"][1]["selectedLabels"] == ["Lint", "Migrations"]
+
+
+def test_failed_first_send_keeps_the_state_and_the_next_put_sends(api, lark_stub):
+    lark_stub.fail("POST", "/open-apis/im/v1/messages", code=230002, times=1)
+    failed = put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER, title="Build")
+    assert failed.status_code == 502
+    assert failed.json()["error"] == "send_failed"
+    assert failed.json()["detail"]["feishu_code"] == 230002
+    session = ProgressSession.objects.get()
+    assert session.card is None and session.sending_since is None and session.title == "Build"
+    retried = put_progress(api, summary="Step 1")
+    assert retried.status_code == 200 and retried.json()["sent"] is True
+    assert retried.json()["platform_message_id"]
+
+
+def test_get_progress_reports_cancel_requests_and_pending_asks(api, panel):
+    put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
+    request_id = post_ask(api).json()["requestId"]
+    ProgressSession.objects.update(cancel_requested_at="2026-01-01T00:00:00Z")
+    body = api.get(f"/api/v1/sessions/{SESSION}/progress").json()
+    assert body["cancel_requested"] is True and body["pending_asks"] == [request_id]
+    assert api.get("/api/v1/sessions/nope/progress").status_code == 404
+
+
+def test_session_asks_cancel_with_recovering_invalidates_every_pending_ask(api, panel):
+    put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
+    ids = [post_ask(api).json()["requestId"] for _ in range(2)]
+    response = api.post(
+        f"/api/v1/sessions/{SESSION}/asks/cancel", {"reason": "recovering"}, format="json"
+    )
+    assert response.json() == {"cancelled": 2}
+    for request_id in ids:
+        state = api.get(f"/api/v1/asks/{request_id}").json()
+        assert state["status"] == "cancelled" and state["reason"] == "recovering"
+    assert [m["reason"] for m in panel.of_type("ask_user_questions_cancelled")] == [
+        "recovering",
+        "recovering",
+    ]
+    bad = api.post(f"/api/v1/sessions/{SESSION}/asks/cancel", {"reason": "x"}, format="json")
+    assert bad.status_code == 400 and "reason" in bad.json()["detail"]

@@ -310,3 +310,24 @@ def test_cancel_task_button_records_the_request_for_the_requester_only(
 
 def test_progress_renderer_is_registered_with_the_card_queue(progress):
     assert cards.render_now(progress.card, asks.RENDERER) == asks.render_session(progress)
+
+
+def test_session_details_button_answers_a_toast_with_the_state(
+    lark_callback, lark_bot, progress, panel
+):
+    register(lark_bot)
+    payload = feishu.payload(
+        "card_action_ask_submit",
+        {
+            "event.action.value": {"kind": "progress", "act": "details", "sessionId": SESSION},
+            "event.context.open_message_id": progress.card.open_message_id,
+        },
+    )
+    del payload["event"]["action"]["form_value"]
+    body = answer_of(lark_callback(payload))
+    zh, en = toast(body)
+    assert "运行中" in zh and "1" in zh
+    assert en == f"Session {SESSION}: running, 1 open question(s)"
+    payload["event"]["context"]["open_message_id"] = "om_unknown"
+    payload["header"]["event_id"] = "f" * 32
+    assert toast(answer_of(lark_callback(payload)))[1] == "This task card is no longer tracked"
