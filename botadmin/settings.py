@@ -142,7 +142,9 @@ if REDIS_URL:
                 # redis-py 8 reads with a 5 s socket timeout by default, shorter than the
                 # layer's blocking BZPOPMIN: idle consumers would die with 1011 every ~5 s
                 # (django/channels_redis#422). No client-side read timeout, as before redis 8.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                # Connections in use at once per process (redis-py's default is 100, and a
+                # burst past it fails at once: 1000 panels closing together, bench/README).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
                 "prefix": env.str("CARDLOOP_CHANNEL_PREFIX", default="cardloop"),
                 "capacity": CHANNEL_CAPACITY,
                 "expiry": 60,

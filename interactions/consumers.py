@@ -63,6 +63,8 @@ class PanelConsumer(AsyncWebsocketConsumer):
         panels.LOCAL.detach(self.channel_name)
         try:
             await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception as exc:  # noqa: BLE001 - the entry expires with the layer's group_expiry
+            log.warning("panel could not leave its group (%s); it expires", type(exc).__name__)
         finally:
             await database_sync_to_async(panels.unregister)(self.channel_name)
 

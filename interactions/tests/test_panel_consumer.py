@@ -171,3 +171,19 @@ async def test_a_failing_answer_gets_an_internal_error_frame_and_the_panel_stays
     await comm.send_json_to({"type": "ping"})
     assert await receive(comm) == {"type": "pong"}
     await comm.disconnect(timeout=10)
+
+
+async def test_a_failing_group_discard_still_removes_the_presence(token, no_asks, monkeypatch):
+    """A layer error while leaving the group (channels-redis: pool exhausted when many panels
+    close at once) is logged; the presence row goes anyway, the group entry expires."""
+    from channels.layers import get_channel_layer
+
+    async def broken(group, channel):
+        raise ConnectionError("Too many connections")
+
+    comm = communicator(raw=token[0])
+    await comm.connect()
+    await receive(comm)
+    monkeypatch.setattr(get_channel_layer(), "group_discard", broken)
+    await comm.disconnect(timeout=10)
+    assert await database_sync_to_async(PanelPresence.objects.count)() == 0
