@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.db import connection
 
 from botadmin import services
 from interactions import progress_cards
@@ -41,8 +42,15 @@ CHROMIUM_ARGS = [
 
 def in_thread(fn, *args):
     """Run ORM code outside Playwright's event loop (Django refuses ORM calls under one)."""
+
+    def run():
+        try:
+            return fn(*args)
+        finally:
+            connection.close()  # this thread's connection (PostgreSQL drops the test DB)
+
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(fn, *args).result()
+        return pool.submit(run).result()
 
 
 @pytest.fixture
