@@ -174,8 +174,9 @@ def _correlated(bot: Bot, request: DeliveryRequest) -> Delivery | None:
 
 def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
     """The policy snapshot frozen on a delivery: the effective policy plus
-    `audience_open_ids` (requester → [requester], reviewers → the reviewers, everyone → None)
-    and `sources`/`reason` for the admin."""
+    `audience_open_ids` (requester → [requester], reviewers → the reviewers, everyone → None),
+    the resolution's `reason` and the `chat_id` sent to (an `everyone` audience means anyone
+    clicking in that chat)."""
     policy = dict(resolution.policy)
     audience = policy.get("audience", "requester")
     if audience == "requester":
@@ -187,6 +188,7 @@ def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
     else:
         policy["audience_open_ids"] = None
     policy["reason"] = resolution.reason
+    policy["chat_id"] = request.chat_id
     return policy
 
 

@@ -169,7 +169,7 @@ def _in_audience(delivery: Delivery, snapshot: dict[str, Any], operator: str, ch
         return False
     allowed = snapshot.get("audience_open_ids")
     if allowed is None:  # everyone: any verified operator in the delivery's chat
-        return not delivery.chat_id or not chat_id or delivery.chat.chat_id == chat_id
+        return chat_id == (snapshot.get("chat_id") or chat_id)
     return operator in allowed
 
 
