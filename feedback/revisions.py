@@ -156,7 +156,12 @@ def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     """The delivery row of `bot`, locked, if the click came from its message."""
     if not isinstance(delivery_id, str) or not delivery_id:
         return None
-    delivery = Delivery.objects.select_for_update().filter(bot=bot, delivery_id=delivery_id).first()
+    delivery = (
+        Delivery.objects.select_for_update(of=("self",))
+        .select_related("current_revision")
+        .filter(bot=bot, delivery_id=delivery_id)
+        .first()
+    )
     if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
         return None
     if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
@@ -182,15 +187,12 @@ def _latest(delivery: Delivery, operator: str) -> Revision | None:
 
 
 def _current_rev(delivery: Delivery) -> str:
-    if delivery.current_revision_id is None:
-        return ""
-    return Revision.objects.values_list("revision_id", flat=True).get(
-        pk=delivery.current_revision_id
-    )
+    return delivery.current_revision.revision_id if delivery.current_revision_id else ""
 
 
 def repaint(delivery: Delivery) -> None:
-    """Queue the delivery's current feedback-area state (inside the caller's transaction)."""
+    """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
+    CardKit element updates, inside the caller's transaction."""
     entity = (
         CardEntity.objects.for_card_id(delivery.bot, delivery.card_id).first()
         if delivery.card_id
@@ -199,11 +201,7 @@ def repaint(delivery: Delivery) -> None:
     if entity is None:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
         return
-    current = (
-        Revision.objects.get(pk=delivery.current_revision_id)
-        if delivery.current_revision_id
-        else None
-    )
+    current = delivery.current_revision if delivery.current_revision_id else None
     area = feedback_cards.feedback_area(
         delivery.policy_snapshot or {}, delivery.delivery_id, feedback_cards.Choice.of(current)
     )
@@ -251,7 +249,8 @@ def _append(
 def _move_forward(delivery: Delivery, revision: Revision) -> None:
     """LatestFeedback, Delivery.current_revision, the event and the card update of a new
     revision (caller's transaction)."""
-    updated = LatestFeedback.objects.filter(
+    # the first revision of an operator has no LatestFeedback row yet: insert without looking
+    updated = revision.supersedes_id is not None and LatestFeedback.objects.filter(
         delivery=delivery, operator_open_id=revision.operator_open_id
     ).update(
         revision=revision,
