@@ -124,11 +124,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="per level and kind")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-seconds", type=float, default=60.0, help="per level and kind")
+    parser.add_argument(
+        "--conn-max-age",
+        default="0",
+        help="DATABASE_CONN_MAX_AGE of the server (default 0: under Daphne every request runs "
+        "in a thread of its own, and kept connections pile up until PostgreSQL refuses more)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cardloop-callback-bench-")
     env = configure(tmp)
+    server_env = {**env, "DATABASE_CONN_MAX_AGE": str(args.conn_max_age)}
 
     import django
 
@@ -229,6 +236,7 @@ def main() -> None:
         return ("GET", "/healthz", None, {}, check)
 
     port = free_port()
+    server_log = open(os.path.join(tmp, "daphne.log"), "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [
             sys.executable,
@@ -241,9 +249,9 @@ def main() -> None:
             "botadmin.asgi:application",
         ],
         cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        env=server_env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -285,6 +293,14 @@ def main() -> None:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+        server_log.close()
+        log_text = Path(server_log.name).read_text(errors="replace")
+        warnings = [
+            line for line in log_text.splitlines() if " WARNING " in line or "Error" in line
+        ]
+        print(f"server log: {server_log.name} ({len(warnings)} warning/error lines)")
+        for line in warnings[:5]:
+            print("   ", line[:200])
 
     from django.db import connection as conn
 
@@ -298,7 +314,11 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
     )
-    print(f"database: {conn.vendor}; revisions written {written} for {sent_clicks} clicks")
+    print(
+        f"database: {conn.vendor} (server CONN_MAX_AGE={args.conn_max_age}); "
+        f"revisions written {written} for {sent_clicks} clicks; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     print()
     print("conc | clicks p50 / p99 ms  req/s | healthz p50 / p99 ms  req/s | ratio | failures")
     for r in results:
