@@ -138,7 +138,9 @@ class DeliverySerializer(serializers.Serializer):
     """A delivery as the API returns it."""
 
     delivery_id = serializers.CharField()
-    status = serializers.ChoiceField(choices=Delivery.Status.choices)
+    status = serializers.CharField(
+        help_text="pending | sent | send_failed | completed | failed | cancelled | ambiguous"
+    )
     created = serializers.BooleanField(help_text="False: a retry; nothing was sent again.")
     platform_message_id = serializers.CharField(help_text="open_message_id of the card.")
     card_id = serializers.CharField(help_text="CardKit card_id.")
