@@ -192,7 +192,8 @@ def _current_rev(delivery: Delivery) -> str:
 
 def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
-    CardKit element updates, inside the caller's transaction."""
+    CardKit element updates, inside the caller's transaction. A renderer that raises is logged
+    and leaves the card as it is: the fact is recorded and the answer stays a toast (B12)."""
     entity = (
         CardEntity.objects.for_card_id(delivery.bot, delivery.card_id).first()
         if delivery.card_id
@@ -202,9 +203,13 @@ def repaint(delivery: Delivery) -> None:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
         return
     current = delivery.current_revision if delivery.current_revision_id else None
-    area = feedback_cards.feedback_area(
-        delivery.policy_snapshot or {}, delivery.delivery_id, feedback_cards.Choice.of(current)
-    )
+    try:
+        area = feedback_cards.feedback_area(
+            delivery.policy_snapshot or {}, delivery.delivery_id, feedback_cards.Choice.of(current)
+        )
+    except Exception:  # noqa: BLE001 - a renderer bug must not lose the click (B12)
+        log.exception("delivery %s: rendering the feedback area failed", delivery.delivery_id)
+        return
     cards.enqueue_elements(entity, area)
 
 

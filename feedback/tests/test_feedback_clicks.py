@@ -562,3 +562,23 @@ async def test_click_through_the_asgi_application_is_answered_then_the_card_upda
     finally:
         await sync_to_async(connections.close_all)()  # the async ORM's thread keeps its session
     assert feedback_api.stub.cards[delivery.card_id].sequences == [1]
+
+
+def test_a_failing_renderer_keeps_the_click_and_answers_a_plain_toast(
+    delivery, click, monkeypatch, caplog
+):
+    """B12: state right, answer toast-only (never a card Feishu could refuse), traceback
+    logged, no broken card update queued."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(feedback_cards, "feedback_area", broken)
+    status, answer = click(delivery, "conclusive_usable")
+    assert status == 200
+    assert set(answer) == {"toast"} and answer["toast"]["type"] == "success"
+    assert Revision.objects.count() == 1
+    assert Event.objects.filter(type="feedback.revised").count() == 1
+    assert not CardUpdate.objects.exists()
+    assert "rendering the feedback area failed" in caplog.text
+    assert "RuntimeError: renderer bug" in caplog.text
