@@ -164,6 +164,7 @@ def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     )
     if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
         return None
+    delivery.bot = bot  # the row was selected by this bot: no second query for it
     if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
         return None
     return delivery
