@@ -192,6 +192,17 @@ def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
     return policy
 
 
+def _card_problems(card: Any) -> list[str]:
+    """What is wrong with the caller's card as Cardloop would send it (`update_multi` is set
+    by Cardloop, so a card without it is fine; `fb_` ids are reserved)."""
+    if not isinstance(card, dict):
+        return [str(_("card must be a Card JSON 2.0 object."))]
+    try:
+        return validate_card(feedback_cards.compose(card, None))
+    except feedback_cards.ReservedIds as exc:
+        return exc.problems
+
+
 def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     """Send (or register) the final answer of `request` for `bot`; see the module docstring.
 
@@ -213,7 +224,7 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
             str(_("Registering a card you sent needs both platform_message_id and card_id."))
         ]
     if card is not None:
-        own = validate_card(card)
+        own = _card_problems(card)
         if own:
             problems["card"] = own[:20]
     if problems:

@@ -362,3 +362,14 @@ def test_send_card_command_uses_the_same_service(feedback_api, capsys):
             "--text",
             "x",
         )
+
+
+def test_a_card_without_update_multi_is_sent_with_it(feedback_api):
+    card = answer_card()
+    del card["config"]
+    response = feedback_api.deliver(card=card)
+    assert response.status_code == 201, response.json()
+    (create,) = feedback_api.stub.calls_to("POST", "/open-apis/cardkit/v1/cards")
+    assert create.field_json("data")["config"] == {"update_multi": True}
+    delivery = Delivery.objects.get()
+    assert delivery.content_hash == feedback_cards.content_hash(card)  # of the caller's card
