@@ -1,4 +1,5 @@
-"""Admin of webhook destinations, the outbox, attempt logs, events and worker terminals.
+"""Admin of webhook destinations, the outbox, attempt logs, events, worker terminals, and
+(read-only) deliveries with their feedback revisions.
 
 Views here only parse, authorize, call a service function and render: destination changes go
 through `feedback.destinations` (validation, write-only secrets, rotation, audit), re-queueing
@@ -25,7 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from botadmin.models import WebhookDestination
 from feedback import destinations, outbox, webhooks
 from feedback.events import FEED_TYPES
-from feedback.models import Event, OutboxItem, WebhookAttempt, WorkerTerminal
+from feedback.models import Delivery, Event, OutboxItem, Revision, WebhookAttempt, WorkerTerminal
 from interactions.workqueue import WorkStatus
 
 # ---------------------------------------------------------------------------------------------
@@ -483,3 +484,125 @@ class WorkerTerminalAdmin(ReadOnlyAdmin):
     list_filter = ("status", "bot")
     search_fields = ("session_id", "turn_id")
     date_hierarchy = "completed_at"
+
+
+# ---------------------------------------------------------------------------------------------
+# Deliveries and revisions (read-only; the answer body is never stored, comments never shown)
+# ---------------------------------------------------------------------------------------------
+
+
+class RevisionInline(admin.TabularInline):
+    model = Revision
+    fk_name = "delivery"
+    extra = 0
+    can_delete = False
+    ordering = ("operator_open_id", "revision")
+    fields = (
+        "revision_id",
+        "revision",
+        "verdict_key",
+        "semantic",
+        "reason_key",
+        "has_comment",
+        "source",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(boolean=True, description=_("comment"))
+    def has_comment(self, obj):
+        return bool(obj.comment)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    """Final answers Cardloop sent (or registered): whether feedback was shown and why not,
+    the frozen policy snapshot, the card ids and the revision chain. The answer's text is not
+    stored, so it cannot be shown; feedback comments are not shown either."""
+
+    list_display = (
+        "delivery_id",
+        "bot",
+        "chat",
+        "response_kind",
+        "status",
+        "feedback_shown",
+        "feedback_reason",
+        "error_code",
+        "created_at",
+    )
+    list_filter = ("status", "feedback_shown", "feedback_reason", "response_kind", "bot")
+    list_select_related = ("bot", "chat")
+    search_fields = ("delivery_id", "session_id", "turn_id", "platform_message_id", "card_id")
+    date_hierarchy = "created_at"
+    inlines = [RevisionInline]
+    fieldsets = (
+        (None, {"fields": ("delivery_id", "bot", "chat", "team", "status", "error_code")}),
+        (
+            _("Correlation"),
+            {
+                "fields": (
+                    "session_id",
+                    "turn_id",
+                    "native_session_id",
+                    "dispatch_attempt",
+                    "discriminator",
+                    "topic_id",
+                    "response_kind",
+                )
+            },
+        ),
+        (_("Card"), {"fields": ("platform_message_id", "card_id", "content_hash")}),
+        (
+            _("Feedback"),
+            {
+                "description": _(
+                    "The effective policy frozen when the card was sent: clicks are checked "
+                    "against it, later policy edits do not change it."
+                ),
+                "fields": (
+                    "feedback_shown",
+                    "feedback_reason",
+                    "current_revision",
+                    "snapshot_display",
+                    "webhook_destination_ids",
+                ),
+            },
+        ),
+        (
+            _("Runtime"),
+            {
+                "fields": (
+                    "model",
+                    "cli_id",
+                    "cli_version",
+                    "skill_name",
+                    "skill_version",
+                    "workflow_id",
+                    "task_id",
+                    "parent_task_id",
+                    "reasoning_effort",
+                    "duration_ms",
+                    "usage",
+                    "completed_at",
+                    "created_at",
+                )
+            },
+        ),
+    )
+    readonly_fields = [f for _name, opts in fieldsets for f in opts["fields"]]
+
+    @admin.display(description=_("policy snapshot"))
+    def snapshot_display(self, obj):
+        import json
+
+        return format_html(
+            "<pre style='white-space: pre-wrap'>{}</pre>",
+            json.dumps(obj.policy_snapshot, ensure_ascii=False, indent=2),
+        )

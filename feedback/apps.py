@@ -5,7 +5,8 @@ from django.utils.translation import gettext_lazy as _
 class FeedbackConfig(AppConfig):
     """Deliveries, revisions, worker terminals, events, the outbox and webhooks.
 
-    Registers its card-action handlers in `interactions.registry` and its event sink in
+    Registers its card-action handlers (`feedback`, `feedback_detail` →
+    `feedback.revisions`) in `interactions.registry` and its event sink in
     `interactions.events` from `ready()`, so `interactions` never imports `feedback`.
     """
 
@@ -13,8 +14,12 @@ class FeedbackConfig(AppConfig):
     verbose_name = _("Feedback")
 
     def ready(self) -> None:
-        from feedback import events
+        from feedback import events, revisions
         from interactions import events as interaction_events
+        from interactions import registry
+
+        registry.register("feedback", revisions.on_feedback)
+        registry.register("feedback_detail", revisions.on_feedback_detail)
 
         def sink(type_, event_id, data, *, bot=None, team=None, time=None):
             return events.emit(type_, event_id, data, bot=bot, team=team, time=time)

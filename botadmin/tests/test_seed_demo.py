@@ -30,6 +30,7 @@ def counts():
 
 
 @pytest.mark.django_db
+@override_settings(DEBUG=True)
 def test_seed_demo_twice_is_idempotent_and_prints_the_key_only_once():
     first = seed()
     after_first = counts()
@@ -77,6 +78,7 @@ def test_seed_demo_layers_show_inheritance_and_both_ways_feedback_fails_closed()
 
 
 @pytest.mark.django_db
+@override_settings(DEBUG=True)
 def test_new_key_option_revokes_the_demo_key_and_prints_a_fresh_one():
     old_raw = KEY_RE.search(seed()).group(0)
     output = seed("--new-key")
@@ -97,3 +99,24 @@ def test_demo_superuser_only_with_debug():
     user = get_user_model().objects.get(username="admin")
     assert user.is_superuser and user.check_password("cardloop-demo")
     assert "login admin / cardloop-demo" in output
+
+
+@pytest.mark.django_db
+def test_demo_api_key_and_callback_secrets_only_with_debug_and_never_printed():
+    with override_settings(DEBUG=False):
+        output = seed()
+    assert KEY_RE.findall(output) == [] and not BotApiKey.objects.exists()
+    demo = Bot.objects.get(app_id="cli_demo_bot")
+    assert not demo.has_secret("verification_token")
+    with override_settings(DEBUG=True):
+        output = seed()
+    demo.refresh_from_db()
+    assert demo.has_secret("verification_token") and demo.has_secret("encrypt_key")
+    assert not demo.has_credentials  # still a dry run
+    assert demo.secret("verification_token") not in output
+    assert demo.secret("encrypt_key") not in output
+    services.set_bot_secret("ops", demo, "verification_token", "vt_from_the_admin")
+    with override_settings(DEBUG=True):
+        seed()
+    demo.refresh_from_db()
+    assert demo.secret("verification_token") == "vt_from_the_admin"

@@ -4,6 +4,7 @@ settings, a patchable resolver, a fake scheduling clock, destinations and delive
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import socket
 from datetime import timedelta
@@ -193,3 +194,137 @@ def emit_event(db):
         return event
 
     return make
+
+
+# ---------------------------------------------------------------------------------------------
+# Deliveries and clicks through the real parts: the API, the lark-oapi client against the
+# loopback stub, and signed + encrypted callbacks through the ingress.
+# ---------------------------------------------------------------------------------------------
+
+#: A feedback policy with every step: reasons, comment (max 50), reselect allowed.
+FULL_POLICY = {
+    "enabled": True,
+    "allow_reselect": True,
+    "negative_followup": {
+        "reasons": [
+            {"key": "wrong_facts", "label": "事实错误"},
+            {"key": "incomplete", "label": "不完整"},
+        ],
+        "comment": {"max_length": 50},
+    },
+}
+
+
+def answer_card(text: str = "The answer") -> dict:
+    """A caller's Card JSON 2.0 answer."""
+    return {
+        "schema": "2.0",
+        "config": {"update_multi": True},
+        "header": {"title": {"tag": "plain_text", "content": "Answer"}},
+        "body": {"elements": [{"tag": "markdown", "content": text, "element_id": "answer"}]},
+    }
+
+
+@pytest.fixture
+def feedback_api(lark_bot, lark_stub, make_api_key):
+    """An APIClient with an API key of `lark_bot` (policy `FULL_POLICY`; change
+    `feedback_api.bot.policy` and save for others), talking to the stub (`feedback_api.stub`).
+    `feedback_api.deliver(**fields)` posts a final answer to `oc_group_chat` for requester
+    `ou_requester` (the fixtures' ids) and returns the response."""
+    from rest_framework.test import APIClient
+
+    lark_bot.policy = FULL_POLICY
+    lark_bot.save()
+    raw, _key = make_api_key(lark_bot)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.bot = lark_bot
+    client.stub = lark_stub
+    turns = itertools.count(1)
+
+    def deliver(**fields):
+        body = {
+            "chat_id": "oc_group_chat",
+            "requester_open_id": "ou_requester",
+            "response_kind": "final",
+            "session_id": "sess-fb",
+            "turn_id": f"turn-{next(turns)}",
+            "card": answer_card(),
+        }
+        body.update(fields)
+        return client.post(
+            "/api/v1/deliveries", {k: v for k, v in body.items() if v is not None}, format="json"
+        )
+
+    client.deliver = deliver
+    return client
+
+
+@pytest.fixture
+def click(lark_callback):
+    """`click(delivery, key, rev="", operator="ou_requester", **paths)` → (status, answer):
+    a signed, encrypted verdict click on `delivery` (a Delivery) through the ingress.
+    `click.detail(delivery, rev, form_value, …)` submits the negative follow-up form;
+    `click.payload(...)` / `click.detail_payload(...)` build the bodies without posting."""
+    from tests import feishu
+
+    def payload(delivery, key, rev="", operator="ou_requester", **paths):
+        changes = {
+            "event.action.value.delivery": delivery.delivery_id,
+            "event.action.value.key": key,
+            "event.action.value.rev": rev,
+            "event.operator.open_id": operator,
+            "event.context.open_message_id": delivery.platform_message_id,
+        }
+        changes.update({k.replace("__", "."): v for k, v in paths.items()})
+        return feishu.payload("card_action_feedback_click", changes)
+
+    def detail_payload(delivery, rev, form_value, operator="ou_requester", **paths):
+        body = feishu.payload(
+            "card_action_feedback_detail_submit",
+            {
+                "event.action.value.delivery": delivery.delivery_id,
+                "event.action.value.rev": rev,
+                "event.operator.open_id": operator,
+                "event.context.open_message_id": delivery.platform_message_id,
+                **{k.replace("__", "."): v for k, v in paths.items()},
+            },
+        )
+        body["event"]["action"]["form_value"] = form_value
+        return body
+
+    def post(body):
+        response = lark_callback(body)
+        assert response["Content-Type"] == "application/json"
+        return response.status_code, json.loads(response.content)
+
+    def do(delivery, key, rev="", operator="ou_requester", **paths):
+        return post(payload(delivery, key, rev, operator, **paths))
+
+    def detail(delivery, rev, form_value, operator="ou_requester", **paths):
+        return post(detail_payload(delivery, rev, form_value, operator, **paths))
+
+    do.payload = payload
+    do.detail_payload = detail_payload
+    do.detail = detail
+    do.post = post
+    return do
+
+
+def drain_card_updates() -> int:
+    """Apply every queued card update now (pacing and answer-first holds skipped: the answer
+    of each test callback has already been sent)."""
+    from interactions import cardworker
+    from interactions.models import CardEntity, CardUpdate
+
+    total = 0
+    for _ in range(10):
+        CardEntity.objects.update(next_send_at=timezone.now() - timedelta(seconds=1))
+        CardUpdate.objects.filter(status="pending").update(
+            next_attempt_at=timezone.now() - timedelta(seconds=1)
+        )
+        done = cardworker.run_due(50)
+        total += done
+        if not done:
+            break
+    return total

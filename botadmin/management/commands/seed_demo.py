@@ -11,10 +11,12 @@ API-only `cli_demo_api_only`), three chats and policy layers that show inheritan
 - the chat policy (cli_demo_bot, oc_demo_p2p) turns feedback on for a chat with no team;
 - `oc_demo_shared` is bound to both teams, so feedback there is off (`ambiguous_team`).
 
-An API key for `cli_demo_bot` is printed once when created; later runs say that one exists
-(`--new-key` revokes the demo keys and prints a fresh one). With DEBUG only, a demo superuser is
-created and its login printed. All changes go through `botadmin.services` (audited as
-`seed_demo`).
+With DEBUG only (the demo flow of the README): an API key for `cli_demo_bot` is printed once
+when created (stored hashed: later runs say that one exists, `--new-key` revokes the demo keys
+and prints a fresh one); the demo bot gets a demo Verification Token and Encrypt Key (never
+printed; `lark_replay` reads them) so replayed clicks pass the ingress while every Feishu call
+stays a dry run (no app secret); a demo superuser is created and its login printed. All changes
+go through `botadmin.services` (audited as `seed_demo`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ ACTOR = "seed_demo"
 KEY_LABEL = "seed_demo"
 DEMO_USERNAME = "admin"
 DEMO_PASSWORD = "cardloop-demo"  # noqa: S105 - printed on purpose; DEBUG only
+#: Callback secrets of the demo bot (DEBUG only): lark_replay signs with them; no app secret,
+#: so every Feishu call stays a dry run.
+DEMO_CALLBACK_SECRETS = {
+    "verification_token": "vt_cardloop_demo",
+    "encrypt_key": "cardloop-demo-encrypt-key",
+}
 
 TEAMS = [
     (
@@ -109,7 +117,14 @@ class Command(BaseCommand):
             }
             for app_id, chat_id, layer in CHAT_POLICIES:
                 self._chat_policy(bots[app_id], chats[chat_id], layer)
-            self._api_key(bots["cli_demo_bot"], new_key)
+            if settings.DEBUG:
+                self._api_key(bots["cli_demo_bot"], new_key)
+                self._callback_secrets(bots["cli_demo_bot"])
+            else:
+                self.stdout.write(
+                    "  demo API key: skipped (DEBUG is off; issue one in the admin at "
+                    "/admin/botadmin/botapikey/add/)"
+                )
         self._superuser()
         self.stdout.write(self.style.SUCCESS("Demo data ready."))
 
@@ -168,6 +183,16 @@ class Command(BaseCommand):
             f"    {raw}\n"
             f"    Shown only now (stored hashed). Use: Authorization: Bearer <key>"
         )
+
+    def _callback_secrets(self, bot) -> None:
+        """Demo Verification Token / Encrypt Key for `lark_replay` (only where none is set, so
+        real values entered in the admin survive); not printed."""
+        created = False
+        for name, value in DEMO_CALLBACK_SECRETS.items():
+            if not bot.has_secret(name):
+                services.set_bot_secret(ACTOR, bot, name, value)
+                created = True
+        self.say(f"callback secrets of {bot.app_id} (for lark_replay)", created)
 
     def _superuser(self) -> None:
         if not settings.DEBUG:

@@ -1,0 +1,341 @@
+"""Feedback callback load: signed, encrypted `card.action.trigger` feedback clicks against a
+running Daphne, at several concurrency levels, next to a trivial JSON view on the same server.
+
+    .venv/bin/python bench/callback_load.py                       # SQLite (fresh file in var/)
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/cardloop_fb \\
+        .venv/bin/python bench/callback_load.py [--requests 300] [--levels 1 8 32]
+
+What is measured:
+- one Daphne process (`botadmin.asgi:application`, as `manage.py serve` runs it) on 127.0.0.1
+  and an ephemeral port, DEBUG off, log level WARNING; no workers run beside it;
+- clicks: every request is a different final-answer delivery (created beforehand through
+  `feedback.deliveries.deliver` with a dry-run bot) clicked by its requester with the card's
+  first state, so each one does the whole job: decrypt + verify the signature, dedupe the
+  `event_id`, lock the delivery, append a revision, move LatestFeedback (analytics triggers
+  included), write the `feedback.revised` event, queue the CardKit element update, answer a
+  toast and release the held update after the answer. Every answer is checked (200 + success
+  toast), and the database must hold exactly one revision per click afterwards;
+- trivial view: `GET /healthz` (a sync Django view answering `{"status": "ok"}`) on the same
+  server, same client, same concurrency;
+- the client is one `httpx.AsyncClient` (keep-alive, HTTP/1.1) with N tasks each sending its
+  next request when the previous one answered; latency is per request (send → full answer),
+  throughput is answered requests / wall time of the level. Payloads are sealed before the
+  clock starts. Each level is bounded by `--requests` and `--max-seconds`.
+Client and server share the machine (and its cores) — and so do the other engineers' runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+APP_ID = "cli_bench_callbacks"
+ENCRYPT_KEY = "bench-encrypt-key"
+VERIFICATION_TOKEN = "vt_bench_token"
+
+
+def configure(tmp: str) -> dict[str, str]:
+    env = {
+        "DJANGO_SETTINGS_MODULE": "botadmin.settings",
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "CARDLOOP_SECRET_DIR": os.path.join(tmp, "secrets"),
+        "CARDLOOP_LARK_DRY_RUN": "true",
+        "CARDLOOP_LOG_LEVEL": "WARNING",
+        "DJANGO_SILENCED_SYSTEM_CHECKS": "cardloop.W001,staticfiles.W004,security.W004,security.W008",
+    }
+    if not os.environ.get("DATABASE_URL"):
+        db = ROOT / "var" / "bench_callbacks.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        env["DATABASE_URL"] = f"sqlite:///{db}"
+    os.environ.update(env)
+    return {**os.environ, **env}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+async def run_level(base: str, requests: list[tuple], concurrency: int, max_seconds: float):
+    """Send `requests` ((method, path, body, headers, check)) with `concurrency` tasks."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    latencies: list[float] = []
+    failures: list[str] = []
+    queue = list(reversed(requests))
+    async with httpx.AsyncClient(
+        base_url=base, limits=limits, timeout=30, trust_env=False
+    ) as client:
+        deadline = time.perf_counter() + max_seconds
+
+        async def worker():
+            while queue and time.perf_counter() < deadline:
+                method, path, body, headers, check = queue.pop()
+                started = time.perf_counter()
+                response = await client.request(method, path, content=body, headers=headers)
+                latencies.append(time.perf_counter() - started)
+                problem = check(response)
+                if problem:
+                    failures.append(problem)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "failures": len(failures),
+        "first_failure": failures[0] if failures else None,
+        "p50_ms": round(percentile(latencies, 50) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "req_per_s": round(len(latencies) / wall, 1) if wall else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=300, help="per level and kind")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="per level and kind")
+    parser.add_argument(
+        "--conn-max-age",
+        default="0",
+        help="DATABASE_CONN_MAX_AGE of the server (default 0: under Daphne every request runs "
+        "in a thread of its own, and kept connections pile up until PostgreSQL refuses more)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    args = parser.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="cardloop-callback-bench-")
+    env = configure(tmp)
+    server_env = {**env, "DATABASE_CONN_MAX_AGE": str(args.conn_max_age)}
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+
+    from botadmin import services
+    from botadmin.models import Bot
+    from feedback import deliveries
+    from feedback.models import Revision
+    from interactions.lark.signing import seal
+
+    bot = Bot.objects.filter(app_id=APP_ID).first() or services.save_bot(
+        "bench", Bot(app_id=APP_ID, name="callback bench")
+    )
+    services.set_bot_secret("bench", bot, "encrypt_key", ENCRYPT_KEY)
+    services.set_bot_secret("bench", bot, "verification_token", VERIFICATION_TOKEN)
+    services.set_policy_layer("bench", bot, {"enabled": True, "allow_reselect": True})
+
+    total = args.requests * len(args.levels) + 20
+    print(f"database: {connection.vendor}; creating {total} deliveries (dry run) ...")
+    run_id = uuid.uuid4().hex[:8]
+    card = {
+        "schema": "2.0",
+        "config": {"update_multi": True},
+        "body": {"elements": [{"tag": "markdown", "content": "bench answer"}]},
+    }
+    targets = []
+    for i in range(total):
+        operator = f"ou_bench_{i}"
+        result = deliveries.deliver(
+            bot,
+            deliveries.DeliveryRequest(
+                chat_id="oc_bench",
+                card=card,
+                response_kind="final",
+                session_id=f"bench-{run_id}",
+                turn_id=f"t-{i}",
+                requester_open_id=operator,
+            ),
+        )
+        targets.append((result.delivery, operator))
+    revisions_before = Revision.objects.filter(delivery__session_id=f"bench-{run_id}").count()
+    connection.close()
+
+    def click_request(delivery, operator):
+        payload = {
+            "schema": "2.0",
+            "header": {
+                "event_id": uuid.uuid4().hex,
+                "token": VERIFICATION_TOKEN,
+                "create_time": str(int(time.time() * 1000)),
+                "event_type": "card.action.trigger",
+                "tenant_key": "bench_tenant",
+                "app_id": APP_ID,
+            },
+            "event": {
+                "operator": {"tenant_key": "bench_tenant", "open_id": operator},
+                "token": "c-bench",
+                "action": {
+                    "tag": "button",
+                    "name": "fb_conclusive_usable",
+                    "value": {
+                        "kind": "feedback",
+                        "delivery": delivery.delivery_id,
+                        "key": "conclusive_usable",
+                        "rev": "",
+                    },
+                },
+                "host": "im_message",
+                "context": {
+                    "open_message_id": delivery.platform_message_id,
+                    "open_chat_id": "oc_bench",
+                },
+            },
+        }
+        raw, headers = seal(payload, encrypt_key=ENCRYPT_KEY)
+
+        def check(response):
+            if response.status_code != 200:
+                return f"HTTP {response.status_code}: {response.text[:200]}"
+            toast = response.json().get("toast", {})
+            if toast.get("type") != "success":
+                return f"toast {toast}"
+            return None
+
+        return ("POST", f"/lark/{APP_ID}/callback", raw, headers, check)
+
+    def health_request():
+        def check(response):
+            if response.status_code != 200 or response.json() != {"status": "ok"}:
+                return f"HTTP {response.status_code}: {response.text[:200]}"
+            return None
+
+        return ("GET", "/healthz", None, {}, check)
+
+    port = free_port()
+    server_log = open(os.path.join(tmp, "daphne.log"), "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "botadmin.asgi:application",
+        ],
+        cwd=ROOT,
+        env=server_env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        import httpx
+
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            sys.exit("Daphne did not start")
+        warm = [click_request(*targets.pop()) for _ in range(20)]  # lark-oapi import, pools
+        asyncio.run(run_level(base, warm, 4, 60))
+        asyncio.run(run_level(base, [health_request() for _ in range(50)], 4, 60))
+
+        results = []
+        for level in args.levels:
+            clicks = [click_request(*targets.pop()) for _ in range(args.requests)]
+            click_result = asyncio.run(run_level(base, clicks, level, args.max_seconds))
+            health = [health_request() for _ in range(args.requests)]
+            health_result = asyncio.run(run_level(base, health, level, args.max_seconds))
+            ratio = (
+                click_result["req_per_s"] / health_result["req_per_s"]
+                if health_result["req_per_s"]
+                else 0
+            )
+            results.append(
+                {
+                    "clicks": click_result,
+                    "healthz": health_result,
+                    "throughput_ratio": round(ratio, 2),
+                }
+            )
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        server_log.close()
+        log_text = Path(server_log.name).read_text(errors="replace")
+        warnings = [
+            line for line in log_text.splitlines() if " WARNING " in line or "Error" in line
+        ]
+        print(f"server log: {server_log.name} ({len(warnings)} warning/error lines)")
+        for line in warnings[:5]:
+            print("   ", line[:200])
+
+    from django.db import connection as conn
+
+    conn.connect()
+    written = (
+        Revision.objects.filter(delivery__session_id=f"bench-{run_id}").count() - revisions_before
+    )
+    sent_clicks = sum(r["clicks"]["requests"] for r in results) + 20
+    print()
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
+    print(
+        f"database: {conn.vendor} (server CONN_MAX_AGE={args.conn_max_age}); "
+        f"revisions written {written} for {sent_clicks} clicks; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print()
+    print("conc | clicks p50 / p99 ms  req/s | healthz p50 / p99 ms  req/s | ratio | failures")
+    for r in results:
+        c, h = r["clicks"], r["healthz"]
+        print(
+            f"{c['concurrency']:>4} | {c['p50_ms']:>7} / {c['p99_ms']:>7} {c['req_per_s']:>6} |"
+            f" {h['p50_ms']:>7} / {h['p99_ms']:>7} {h['req_per_s']:>6} |"
+            f" {r['throughput_ratio']:>5} | {c['failures']}+{h['failures']}"
+        )
+        for failure in (c["first_failure"], h["first_failure"]):
+            if failure:
+                print(f"     first failure: {failure}")
+    if written != sent_clicks:
+        print(f"WARNING: {sent_clicks} clicks answered but {written} revisions written")
+    if args.json:
+        print(json.dumps({"database": conn.vendor, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

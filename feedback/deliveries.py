@@ -1,0 +1,431 @@
+"""Deliveries: a final answer handed over by the bot backend, sent (or registered) with
+Cardloop's feedback area. The one entry point is `deliver()` (API and `manage.py send_card`).
+
+Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
+
+1. **Retry first.** A delivery is identified by (bot, session_id, turn_id, native_session_id,
+   dispatch_attempt, discriminator) when session and turn are given (database constraint
+   `delivery_correlation_unique`). A request whose correlation is known returns that delivery
+   and sends nothing (`created=False`) — also the loser of two concurrent first requests, which
+   hits the constraint and reads the winner. Only a delivery whose send *failed* is sent again,
+   and only by the request that moves it from `send_failed` back to `pending` (one conditional
+   UPDATE), so a burst of retries still sends once.
+2. **Policy.** `botadmin.services.effective_policy_for(bot, chat_id)`; feedback is shown only
+   for `response_kind == "final"` (else reason `not_final`) and when the policy says so
+   (`disabled`, `api_only`, `ambiguous_team`, `invalid_policy` otherwise). The full policy is
+   frozen on the delivery as `policy_snapshot`, with `audience_open_ids`: the requester, the
+   reviewers, or None for `everyone` (the audience list is frozen at send).
+3. **Compose** (pure, `feedback.cards`): the caller's Card JSON 2.0 plus the feedback area;
+   validated with `validate_card` before anything is written (`InvalidDelivery`).
+4. **Record** the delivery (`pending`), with `content_hash` of the caller's card — never its
+   text — and `webhook_destination_ids` frozen through `outbox.effective_destinations`.
+5. **Send** outside any transaction: `interactions.cards.send_card` (CardKit entity, message
+   `uuid` = delivery id so Feishu dedupes a resend for 1 h). Two-phase: when the backend sent
+   the card itself (`platform_message_id` + `card_id`), the card is registered
+   (`cards.register_card`) and, when feedback is shown, the composed card is written to the
+   entity with its next CardKit sequence.
+6. **Mark sent** in one transaction with `terminals.reconcile_delivery` (`turn.completed` if
+   the worker terminal came first). A failed send marks the delivery `send_failed` with an
+   `error_code` (`lark_<code>`; analytics counts these) and raises `SendFailed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils.translation import gettext_lazy as _
+
+from botadmin.models import Bot, Chat
+from botadmin.services import effective_policy_for
+from feedback import cards as feedback_cards
+from feedback import terminals
+from feedback.models import Delivery
+from feedback.outbox import effective_destinations
+from interactions import cards
+from interactions.lark.cardjson import validate_card
+from interactions.models import CardEntity
+
+log = logging.getLogger(__name__)
+
+#: Run-time metadata a delivery keeps (analytics dimensions, frozen at send; DESIGN §4).
+METADATA_FIELDS: tuple[str, ...] = (
+    "model",
+    "cli_id",
+    "cli_version",
+    "skill_name",
+    "skill_version",
+    "workflow_id",
+    "task_id",
+    "parent_task_id",
+    "reasoning_effort",
+)
+REASON_NOT_FINAL = "not_final"
+
+
+class InvalidDelivery(ValueError):
+    """The request cannot be delivered as given; nothing was written or sent.
+
+    `errors` maps a request field to messages (`{"card": ["$.schema: must be \"2.0\""]}`).
+    """
+
+    def __init__(self, errors: dict[str, list[str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{k}: {', '.join(v)}" for k, v in errors.items()))
+
+
+class SendFailed(Exception):
+    """Feishu refused the card or could not be reached. The delivery is recorded as
+    `send_failed` (`delivery.error_code`); a retry of the same correlation sends again.
+    `code`, `msg`, `log_id` come from `LarkApiError` (code -1: network / unreadable answer)."""
+
+    def __init__(self, delivery: Delivery, *, code: int, msg: str, log_id: str = ""):
+        self.delivery = delivery
+        self.code = code
+        self.msg = msg
+        self.log_id = log_id
+        super().__init__(f"sending delivery {delivery.delivery_id} failed: {code} {msg}")
+
+
+@dataclass
+class DeliveryRequest:
+    """What the bot backend asks for (the API body, already type-checked).
+
+    `card`: Card JSON 2.0 object of the answer (required unless registering a card the
+    backend sent itself, then optional: without it no feedback area can be added).
+    `platform_message_id` + `card_id` (+ `sequence`, the last CardKit sequence the backend
+    used): two-phase registration of a card the backend sent. `metadata`: keys of
+    METADATA_FIELDS.
+    """
+
+    chat_id: str
+    card: dict[str, Any] | None = None
+    response_kind: str = ""
+    session_id: str = ""
+    turn_id: str = ""
+    native_session_id: str = ""
+    dispatch_attempt: int = 0
+    discriminator: str = ""
+    requester_open_id: str = ""
+    topic_id: str = ""
+    platform_message_id: str = ""
+    card_id: str = ""
+    sequence: int = 0
+    duration_ms: int | None = None
+    usage: dict[str, Any] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def registers(self) -> bool:
+        """True for two-phase registration (the backend sent the card itself)."""
+        return bool(self.platform_message_id or self.card_id)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """Result of `deliver`: the delivery and whether this call created it (False: a retry,
+    nothing was sent unless `resent`)."""
+
+    delivery: Delivery
+    created: bool
+    resent: bool = False
+
+
+def delivery_id_for(bot: Bot, request: DeliveryRequest) -> str:
+    """`del_` + 32 hex: derived from the correlation when session and turn are given (so a
+    retry, even with edited text, has the same id and Feishu's `uuid` dedupe holds), random for
+    proactive sends. Content is never part of it."""
+    if request.session_id and request.turn_id:
+        parts = [
+            bot.app_id,
+            request.session_id,
+            request.turn_id,
+            request.native_session_id,
+            request.dispatch_attempt,
+            request.discriminator,
+        ]
+        digest = hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
+        return f"del_{digest[:32]}"
+    return f"del_{uuid.uuid4().hex}"
+
+
+def _correlated(bot: Bot, request: DeliveryRequest) -> Delivery | None:
+    if not (request.session_id and request.turn_id):
+        return None
+    return (
+        Delivery.objects.filter(
+            bot=bot,
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            native_session_id=request.native_session_id,
+            dispatch_attempt=request.dispatch_attempt,
+            discriminator=request.discriminator,
+        )
+        .select_related("bot", "chat", "team")
+        .first()
+    )
+
+
+def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
+    """The policy snapshot frozen on a delivery: the effective policy plus
+    `audience_open_ids` (requester → [requester], reviewers → the reviewers, everyone → None),
+    the resolution's `reason` and the `chat_id` sent to (an `everyone` audience means anyone
+    clicking in that chat)."""
+    policy = dict(resolution.policy)
+    audience = policy.get("audience", "requester")
+    if audience == "requester":
+        policy["audience_open_ids"] = (
+            [request.requester_open_id] if request.requester_open_id else []
+        )
+    elif audience == "reviewers":
+        policy["audience_open_ids"] = list(policy.get("reviewers") or [])
+    else:
+        policy["audience_open_ids"] = None
+    policy["reason"] = resolution.reason
+    policy["chat_id"] = request.chat_id
+    return policy
+
+
+def _card_problems(card: Any) -> list[str]:
+    """What is wrong with the caller's card as Cardloop would send it (`update_multi` is set
+    by Cardloop, so a card without it is fine; `fb_` ids are reserved)."""
+    if not isinstance(card, dict):
+        return [str(_("card must be a Card JSON 2.0 object."))]
+    try:
+        return validate_card(feedback_cards.compose(card, None))
+    except feedback_cards.ReservedIds as exc:
+        return exc.problems
+
+
+def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
+    """Send (or register) the final answer of `request` for `bot`; see the module docstring.
+
+    Returns `Delivered`. Raises `InvalidDelivery` (nothing written, nothing sent) and
+    `SendFailed` (delivery recorded as `send_failed`). Network I/O happens outside any
+    transaction; call it outside yours.
+    """
+    existing = _correlated(bot, request)
+    if existing is not None:
+        return _retry(existing, request)
+
+    problems: dict[str, list[str]] = {}
+    card = request.card
+    if card is None and not request.registers:
+        problems["card"] = [str(_("This field is required."))]
+    if request.registers and not (request.platform_message_id and request.card_id):
+        missing = "card_id" if request.platform_message_id else "platform_message_id"
+        problems[missing] = [
+            str(_("Registering a card you sent needs both platform_message_id and card_id."))
+        ]
+    if card is not None:
+        own = _card_problems(card)
+        if own:
+            problems["card"] = own[:20]
+    if problems:
+        raise InvalidDelivery(problems)
+
+    resolution = effective_policy_for(bot, request.chat_id)
+    final = request.response_kind == Delivery.ResponseKind.FINAL
+    shown = final and resolution.enabled and card is not None
+    reason = resolution.reason if final else REASON_NOT_FINAL
+    if final and resolution.enabled and card is None:
+        reason = "no_card"
+    snapshot = snapshot_for(resolution, request)
+    if shown and snapshot.get("audience") == "requester" and not request.requester_open_id:
+        raise InvalidDelivery(
+            {
+                "requester_open_id": [
+                    str(
+                        _(
+                            "Required: the policy of this chat lets only the requester give "
+                            "feedback."
+                        )
+                    )
+                ]
+            }
+        )
+
+    delivery_id = delivery_id_for(bot, request)
+    composed = None
+    if card is not None:
+        area = feedback_cards.feedback_area(snapshot, delivery_id, None) if shown else None
+        try:
+            composed = feedback_cards.compose(card, area)
+        except feedback_cards.ReservedIds as exc:
+            raise InvalidDelivery({"card": exc.problems[:20]}) from None
+        problems_after = validate_card(composed)
+        if problems_after:
+            raise InvalidDelivery({"card": problems_after[:20]})
+
+    chat = Chat.objects.filter(chat_id=request.chat_id).first()
+    team = resolution.team
+    try:
+        with transaction.atomic():
+            delivery = Delivery.objects.create(
+                delivery_id=delivery_id,
+                bot=bot,
+                chat=chat,
+                team=team,
+                session_id=request.session_id,
+                turn_id=request.turn_id,
+                native_session_id=request.native_session_id,
+                dispatch_attempt=request.dispatch_attempt,
+                discriminator=request.discriminator,
+                requester_open_id=request.requester_open_id,
+                topic_id=request.topic_id,
+                response_kind=(
+                    Delivery.ResponseKind.FINAL if final else Delivery.ResponseKind.PROGRESS
+                ),
+                content_hash=feedback_cards.content_hash(card) if card is not None else "",
+                feedback_shown=shown,
+                feedback_reason=reason,
+                policy_snapshot=snapshot,
+                webhook_destination_ids=effective_destinations(bot, team),
+                duration_ms=request.duration_ms,
+                usage=request.usage,
+                status=Delivery.Status.PENDING,
+                **{k: request.metadata.get(k, "") or "" for k in METADATA_FIELDS},
+            )
+    except IntegrityError:
+        # A concurrent first request with the same correlation won: it sends, we don't.
+        winner = _correlated(bot, request)
+        if winner is None:
+            raise
+        return Delivered(winner, created=False)
+    delivery.bot = bot
+    _send(delivery, request, composed)
+    return Delivered(delivery, created=True)
+
+
+def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
+    """A known correlation: return it; only a `send_failed` one is sent again, by the one
+    request whose conditional UPDATE moves it back to `pending`."""
+    if existing.status != Delivery.Status.SEND_FAILED:
+        return Delivered(existing, created=False)
+    claimed = Delivery.objects.filter(pk=existing.pk, status=Delivery.Status.SEND_FAILED).update(
+        status=Delivery.Status.PENDING, error_code=""
+    )
+    if not claimed:
+        existing.refresh_from_db()
+        return Delivered(existing, created=False)
+    existing.refresh_from_db()
+    card = request.card
+    composed = None
+    if card is not None:
+        if feedback_cards.content_hash(card) != existing.content_hash and existing.content_hash:
+            log.info("delivery %s: resent with an edited card", existing.delivery_id)
+        area = (
+            feedback_cards.feedback_area(existing.policy_snapshot or {}, existing.delivery_id, None)
+            if existing.feedback_shown
+            else None
+        )
+        try:
+            composed = feedback_cards.compose(card, area)
+        except feedback_cards.ReservedIds as exc:
+            _mark_failed(existing, "invalid_card")
+            raise InvalidDelivery({"card": exc.problems[:20]}) from None
+        problems = validate_card(composed)
+        if problems:
+            _mark_failed(existing, "invalid_card")
+            raise InvalidDelivery({"card": problems[:20]})
+        Delivery.objects.filter(pk=existing.pk).update(
+            content_hash=feedback_cards.content_hash(card)
+        )
+        existing.content_hash = feedback_cards.content_hash(card)
+    elif not request.registers:
+        _mark_failed(existing, "invalid_card")
+        raise InvalidDelivery({"card": [str(_("This field is required."))]})
+    _send(existing, request, composed)
+    return Delivered(existing, created=False, resent=True)
+
+
+def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any] | None) -> None:
+    """Network part: send or register, then `_mark_sent`; `_mark_failed` + SendFailed on error."""
+    from interactions.lark.client import LarkApiError
+
+    bot = delivery.bot
+    try:
+        if request.registers:
+            entity = cards.register_card(
+                bot,
+                card_id=request.card_id,
+                open_message_id=request.platform_message_id,
+                sequence=request.sequence,
+                purpose="feedback",
+            )
+            if delivery.feedback_shown and composed is not None:
+                _write_whole_card(entity, composed)
+        else:
+            entity = cards.send_card(
+                bot,
+                composed,
+                receive_id=request.chat_id,
+                receive_id_type="chat_id",
+                uuid=delivery.delivery_id,
+                purpose="feedback",
+            )
+    except LarkApiError as exc:
+        log.warning("delivery %s: Feishu refused the card: %s", delivery.delivery_id, exc)
+        _mark_failed(delivery, f"lark_{exc.code}")
+        raise SendFailed(delivery, code=exc.code, msg=exc.msg, log_id=exc.log_id) from None
+    except ValueError as exc:  # register_card: ids registered to another card
+        _mark_failed(delivery, "card_conflict")
+        raise InvalidDelivery({"card_id": [str(exc)]}) from None
+    _mark_sent(delivery, entity)
+
+
+def _write_whole_card(entity: CardEntity, card: dict[str, Any]) -> None:
+    """Replace a registered CardKit entity's content with `card` now (two-phase send), with
+    the card's next sequence. Done in the request, not through the card-update queue, so the
+    answer body is never written to a queue row."""
+    from interactions.lark.client import gateway_for
+
+    with transaction.atomic():
+        CardEntity.objects.filter(pk=entity.pk).update(sequence=F("sequence") + 1)
+        sequence = CardEntity.objects.values_list("sequence", flat=True).get(pk=entity.pk)
+    gateway_for(entity.bot).update_card(entity.card_id, card, sequence=sequence)
+    CardEntity.objects.filter(pk=entity.pk, applied_sequence__lt=sequence).update(
+        applied_sequence=sequence
+    )
+
+
+def _mark_sent(delivery: Delivery, entity: CardEntity) -> None:
+    """Record the platform ids and status `sent`; `turn.completed` if the terminal came first."""
+    try:
+        with transaction.atomic():
+            locked = Delivery.objects.select_for_update().get(pk=delivery.pk)
+            locked.platform_message_id = entity.open_message_id
+            locked.card_id = entity.card_id
+            locked.status = Delivery.Status.SENT
+            locked.error_code = ""
+            locked.save(
+                update_fields=[
+                    "platform_message_id",
+                    "card_id",
+                    "status",
+                    "error_code",
+                    "updated_at",
+                ]
+            )
+            terminals.reconcile_delivery(locked)
+    except IntegrityError:
+        # Another delivery already owns this platform message (one delivery per message).
+        _mark_failed(delivery, "message_taken")
+        raise InvalidDelivery(
+            {"platform_message_id": [str(_("This message already belongs to another delivery."))]}
+        ) from None
+    delivery.refresh_from_db()
+
+
+def _mark_failed(delivery: Delivery, code: str) -> None:
+    Delivery.objects.filter(pk=delivery.pk).update(
+        status=Delivery.Status.SEND_FAILED, error_code=code[:64]
+    )
+    delivery.status = Delivery.Status.SEND_FAILED
+    delivery.error_code = code[:64]

@@ -1,0 +1,502 @@
+"""Clicks on the feedback area → immutable revisions (DESIGN §3 "Feedback on a click").
+
+Card-action handlers `feedback` and `feedback_detail` (registered from
+`FeedbackConfig.ready()`) call the two state changes here:
+
+- `record_choice(...)`: a verdict button, value `{"kind": "feedback", "delivery", "key", "rev"}`;
+- `record_details(...)`: the negative follow-up form, value `{"kind": "feedback_detail",
+  "delivery", "rev"}` with `form_value` `{"fb_reason": <reason key>, "fb_comment": <text>}`.
+
+Each runs in one transaction that locks the delivery row (clicks on one delivery are
+serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
+
+1. finds the delivery of this bot (and, when it has one, the clicked message must be its
+   message); feedback must have been shown;
+2. the operator is `CardAction.operator_open_id` from the verified callback, never the value;
+   it must be in the snapshot's audience (`audience_open_ids`; `everyone`: anyone in the chat);
+3. the verdict key (and reason key) must exist in the policy snapshot; the semantic is looked
+   up there, never taken from the client;
+4. `callback_key` = sha256 of (delivery, operator, kind, key, reason, comment, rev): a repeat
+   of the same click on the same card state (a second event_id, a concurrent double click)
+   finds the stored revision and answers exactly as the first one did; the unique column
+   makes a racing insert fail and read the winner (B06);
+5. stale-click guard: `rev` must be the delivery's current revision id ("" before any): a
+   click made on an older card state gets a toast and a repaint, no write;
+6. an unchanged choice writes nothing; with `allow_reselect` off an operator's first choice
+   is final (toast, repaint);
+7. otherwise: a new `Revision` (n+1 of this operator's chain, `supersedes` the previous one),
+   `LatestFeedback` moved forward, `Delivery.current_revision`, the `feedback.revised` event
+   and its outbox rows (`events.emit_feedback_revised`), and the new feedback-area state
+   queued as CardKit element updates (`interactions.cards.enqueue_elements`, applied after the
+   callback was answered: Feishu applies nothing sent before the answer).
+
+Comment text is trimmed and checked against the snapshot (required, max length) — a failure
+is a toast and nothing is written — and is stored on the revision only: never rendered,
+logged or put into an event body (opted-in webhook destinations get it as private data).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from feedback import cards as feedback_cards
+from feedback.events import emit_feedback_revised
+from feedback.models import Delivery, LatestFeedback, Revision
+from interactions import cards, registry
+from interactions.models import CardEntity
+
+log = logging.getLogger(__name__)
+
+
+class _Message:
+    """A translatable message with parameters, rendered lazily (so `Toast.of` can render it
+    in zh-hans and in English)."""
+
+    def __init__(self, msgid, **params):
+        self.msgid = msgid
+        self.params = params
+
+    def __str__(self) -> str:
+        return str(self.msgid) % self.params if self.params else str(self.msgid)
+
+
+# Outcome codes
+RECORDED = "recorded"
+DUPLICATE = "duplicate"
+UNCHANGED = "unchanged"
+STALE = "stale"
+LOCKED = "locked"
+NOT_ALLOWED = "not_allowed"
+UNKNOWN_DELIVERY = "unknown_delivery"
+UNKNOWN_KEY = "unknown_key"
+NO_OPERATOR = "no_operator"
+INVALID_DETAILS = "invalid_details"
+NOT_NEGATIVE = "not_negative"
+
+_TOAST_TYPE = {
+    RECORDED: "success",
+    DUPLICATE: "success",
+    UNCHANGED: "info",
+    STALE: "warning",
+    LOCKED: "info",
+    NOT_ALLOWED: "warning",
+    UNKNOWN_DELIVERY: "warning",
+    UNKNOWN_KEY: "warning",
+    NO_OPERATOR: "warning",
+    INVALID_DETAILS: "warning",
+    NOT_NEGATIVE: "warning",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a click did: `code` (one of the constants above), the revision written or found
+    (RECORDED / DUPLICATE / UNCHANGED), and the toast message."""
+
+    code: str
+    message: Any
+    revision: Revision | None = None
+
+    @property
+    def written(self) -> bool:
+        return self.code == RECORDED
+
+    def answer(self) -> registry.Answer:
+        """The callback answer: a toast only (the card is updated after the answer)."""
+        return registry.Answer(registry.Toast.of(_TOAST_TYPE[self.code], self.message))
+
+
+def callback_key(
+    delivery_id: str,
+    operator: str,
+    kind: str,
+    *,
+    key: str = "",
+    reason: str = "",
+    comment: str = "",
+    rev: str = "",
+) -> str:
+    """`cb_` + 64 hex: sha256 of the click's content and the card state (`rev`) it was made on.
+    Equal for repeats of one click; different after the card moved on (botmux §A.5)."""
+    parts = [delivery_id, operator, kind, key, reason, comment, rev]
+    digest = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return f"cb_{digest}"
+
+
+def _recorded_message(snapshot: dict[str, Any], revision: Revision):
+    """The toast of a written revision (also what a duplicate of that click is answered)."""
+    if revision.reason_key or revision.comment:
+        return _("Thanks, your details were recorded.")
+    if revision.semantic == "negative" and feedback_cards.has_detail_step(snapshot):
+        return _("Recorded. You can add a reason below.")
+    return _Message(
+        _("Recorded: %(label)s"), label=feedback_cards.button_label(snapshot, revision.verdict_key)
+    )
+
+
+def _not_allowed_message(snapshot: dict[str, Any]):
+    audience = snapshot.get("audience", "requester")
+    if audience == "reviewers":
+        return _("Only the designated reviewers can give feedback on this answer.")
+    if audience == "everyone":
+        return _("Only members of this chat can give feedback on this answer.")
+    return _("Only the person who asked can give feedback on this answer.")
+
+
+def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
+    """The delivery row of `bot`, locked, if the click came from its message."""
+    if not isinstance(delivery_id, str) or not delivery_id:
+        return None
+    delivery = (
+        Delivery.objects.select_for_update(of=("self",))
+        .select_related("current_revision")
+        .filter(bot=bot, delivery_id=delivery_id)
+        .first()
+    )
+    if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
+        return None
+    delivery.bot = bot  # the row was selected by this bot: no second query for it
+    if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
+        return None
+    return delivery
+
+
+def _in_audience(delivery: Delivery, snapshot: dict[str, Any], operator: str, chat_id: str) -> bool:
+    if not operator:
+        return False
+    allowed = snapshot.get("audience_open_ids")
+    if allowed is None:  # everyone: any verified operator in the delivery's chat
+        return chat_id == (snapshot.get("chat_id") or chat_id)
+    return operator in allowed
+
+
+def _latest(delivery: Delivery, operator: str) -> Revision | None:
+    return (
+        Revision.objects.filter(delivery=delivery, operator_open_id=operator)
+        .order_by("-revision")
+        .first()
+    )
+
+
+def _current_rev(delivery: Delivery) -> str:
+    return delivery.current_revision.revision_id if delivery.current_revision_id else ""
+
+
+def repaint(delivery: Delivery) -> None:
+    """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
+    CardKit element updates, inside the caller's transaction. A renderer that raises is logged
+    and leaves the card as it is: the fact is recorded and the answer stays a toast (B12)."""
+    entity = (
+        CardEntity.objects.for_card_id(delivery.bot, delivery.card_id).first()
+        if delivery.card_id
+        else None
+    )
+    if entity is None:
+        log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
+        return
+    current = delivery.current_revision if delivery.current_revision_id else None
+    try:
+        area = feedback_cards.feedback_area(
+            delivery.policy_snapshot or {}, delivery.delivery_id, feedback_cards.Choice.of(current)
+        )
+    except Exception:  # noqa: BLE001 - a renderer bug must not lose the click (B12)
+        log.exception("delivery %s: rendering the feedback area failed", delivery.delivery_id)
+        return
+    cards.enqueue_elements(entity, area)
+
+
+def _append(
+    delivery: Delivery,
+    operator: str,
+    *,
+    verdict_key: str,
+    semantic: str,
+    reason_key: str,
+    comment: str,
+    key: str,
+    previous: Revision | None,
+) -> tuple[Revision, bool]:
+    """Insert revision n+1 of `operator`'s chain; `(revision, True)`, or the revision that
+    won a race for the same callback key `(winner, False)`. Raises IntegrityError when another
+    revision took the chain position (a different concurrent click)."""
+    try:
+        with transaction.atomic():
+            revision = Revision.objects.create(
+                revision_id=f"fb_{uuid.uuid4().hex}",
+                delivery=delivery,
+                operator_open_id=operator,
+                revision=(previous.revision + 1) if previous else 1,
+                verdict_key=verdict_key,
+                semantic=semantic,
+                reason_key=reason_key,
+                comment=comment,
+                callback_key=key,
+                supersedes=previous,
+                source=Revision.Source.CARD,
+                created_at=timezone.now(),
+            )
+    except IntegrityError:
+        winner = Revision.objects.filter(callback_key=key).first()
+        if winner is None:
+            raise
+        return winner, False
+    return revision, True
+
+
+def _move_forward(delivery: Delivery, revision: Revision) -> None:
+    """LatestFeedback, Delivery.current_revision, the event and the card update of a new
+    revision (caller's transaction)."""
+    # the first revision of an operator has no LatestFeedback row yet: insert without looking
+    updated = revision.supersedes_id is not None and LatestFeedback.objects.filter(
+        delivery=delivery, operator_open_id=revision.operator_open_id
+    ).update(
+        revision=revision,
+        semantic=revision.semantic,
+        verdict_key=revision.verdict_key,
+        reason_key=revision.reason_key,
+        updated_at=revision.created_at,
+    )
+    if not updated:
+        LatestFeedback.objects.create(
+            delivery=delivery,
+            operator_open_id=revision.operator_open_id,
+            revision=revision,
+            semantic=revision.semantic,
+            verdict_key=revision.verdict_key,
+            reason_key=revision.reason_key,
+            updated_at=revision.created_at,
+        )
+    delivery.current_revision = revision
+    delivery.save(update_fields=["current_revision", "updated_at"])
+    emit_feedback_revised(revision)
+    repaint(delivery)
+
+
+def record_choice(
+    bot,
+    *,
+    delivery_id: str,
+    operator_open_id: str,
+    verdict_key: str,
+    rev: str,
+    open_message_id: str = "",
+    open_chat_id: str = "",
+) -> Outcome:
+    """A verdict button click (see the module docstring for the rules, in order).
+
+    `rev`: the revision id the clicked card state carried ("" for the first state).
+    Returns an `Outcome`; never raises for bad input.
+    """
+    with transaction.atomic():
+        delivery = _find(bot, delivery_id, open_message_id)
+        if delivery is None:
+            return Outcome(UNKNOWN_DELIVERY, _("This feedback target no longer exists."))
+        snapshot = delivery.policy_snapshot
+        if not operator_open_id:
+            return Outcome(NO_OPERATOR, _("Feishu did not say who clicked; please try again."))
+        if not _in_audience(delivery, snapshot, operator_open_id, open_chat_id):
+            return Outcome(NOT_ALLOWED, _not_allowed_message(snapshot))
+        button = next(
+            (b for b in snapshot.get("buttons") or [] if b.get("key") == verdict_key), None
+        )
+        visible = snapshot.get("visible_semantics") or []
+        if button is None or (visible and button.get("semantic") not in visible):
+            return Outcome(UNKNOWN_KEY, _("This option is no longer available."))
+        rev = rev if isinstance(rev, str) else ""
+        key = callback_key(delivery_id, operator_open_id, "feedback", key=verdict_key, rev=rev)
+        known = Revision.objects.filter(callback_key=key).first()
+        if known is not None:
+            return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
+        if rev != _current_rev(delivery):
+            repaint(delivery)
+            return Outcome(
+                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
+            )
+        previous = _latest(delivery, operator_open_id)
+        if previous is not None and previous.verdict_key == verdict_key:
+            return Outcome(
+                UNCHANGED,
+                _Message(
+                    _("You already chose %(label)s."),
+                    label=feedback_cards.button_label(snapshot, verdict_key),
+                ),
+                previous,
+            )
+        if previous is not None and not snapshot.get("allow_reselect"):
+            repaint(delivery)
+            return Outcome(
+                LOCKED,
+                _Message(
+                    _("Already selected: %(label)s. This choice cannot be changed."),
+                    label=feedback_cards.button_label(snapshot, previous.verdict_key),
+                ),
+                previous,
+            )
+        try:
+            revision, created = _append(
+                delivery,
+                operator_open_id,
+                verdict_key=verdict_key,
+                semantic=button["semantic"],
+                reason_key="",
+                comment="",
+                key=key,
+                previous=previous,
+            )
+        except IntegrityError:
+            repaint(delivery)
+            return Outcome(
+                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
+            )
+        if not created:
+            return Outcome(DUPLICATE, _recorded_message(snapshot, revision), revision)
+        _move_forward(delivery, revision)
+        log.info(
+            "delivery %s: revision %s (%s, #%d)",
+            delivery.delivery_id,
+            revision.revision_id,
+            revision.semantic,
+            revision.revision,
+        )
+        return Outcome(RECORDED, _recorded_message(snapshot, revision), revision)
+
+
+def record_details(
+    bot,
+    *,
+    delivery_id: str,
+    operator_open_id: str,
+    rev: str,
+    form_value: dict[str, Any],
+    open_message_id: str = "",
+    open_chat_id: str = "",
+) -> Outcome:
+    """The negative follow-up form: reason key (from the snapshot only) and comment.
+
+    The operator's latest revision must be negative; the new revision keeps its verdict key
+    and supersedes it. Unknown form keys are ignored (B09). The comment is trimmed; empty
+    when the policy turns comments off; checked for required / max length. Returns an
+    `Outcome`; never raises for bad input.
+    """
+    with transaction.atomic():
+        delivery = _find(bot, delivery_id, open_message_id)
+        if delivery is None:
+            return Outcome(UNKNOWN_DELIVERY, _("This feedback target no longer exists."))
+        snapshot = delivery.policy_snapshot
+        if not operator_open_id:
+            return Outcome(NO_OPERATOR, _("Feishu did not say who clicked; please try again."))
+        if not _in_audience(delivery, snapshot, operator_open_id, open_chat_id):
+            return Outcome(NOT_ALLOWED, _not_allowed_message(snapshot))
+        followup = snapshot.get("negative_followup") or {}
+        comment_policy = followup.get("comment") or {}
+        reasons = {r["key"] for r in followup.get("reasons") or []}
+        form = form_value if isinstance(form_value, dict) else {}
+        reason = form.get(feedback_cards.REASON_FIELD) or ""
+        if not isinstance(reason, str) or (reason and reason not in reasons):
+            return Outcome(INVALID_DETAILS, _("Please choose one of the listed reasons."))
+        comment = form.get(feedback_cards.COMMENT_FIELD) or ""
+        if not isinstance(comment, str):
+            return Outcome(INVALID_DETAILS, _("The comment must be text."))
+        comment = comment.strip() if comment_policy.get("enabled") else ""
+        max_length = int(comment_policy.get("max_length") or 1000)
+        if comment_policy.get("enabled") and comment_policy.get("required") and not comment:
+            return Outcome(INVALID_DETAILS, _("Please add a comment before submitting."))
+        if len(comment) > max_length:
+            return Outcome(
+                INVALID_DETAILS,
+                _Message(_("The comment is too long: at most %(max)d characters."), max=max_length),
+            )
+        if not reason and not comment:
+            return Outcome(INVALID_DETAILS, _("Choose a reason or add a comment."))
+        rev = rev if isinstance(rev, str) else ""
+        key = callback_key(
+            delivery_id,
+            operator_open_id,
+            "feedback_detail",
+            reason=reason,
+            comment=comment,
+            rev=rev,
+        )
+        known = Revision.objects.filter(callback_key=key).first()
+        if known is not None:
+            return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
+        if rev != _current_rev(delivery):
+            repaint(delivery)
+            return Outcome(
+                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
+            )
+        previous = _latest(delivery, operator_open_id)
+        if previous is None or previous.semantic != "negative":
+            return Outcome(NOT_NEGATIVE, _("Choose a negative verdict before adding details."))
+        if previous.reason_key == reason and previous.comment == comment:
+            return Outcome(UNCHANGED, _("Nothing changed."), previous)
+        try:
+            revision, created = _append(
+                delivery,
+                operator_open_id,
+                verdict_key=previous.verdict_key,
+                semantic=previous.semantic,
+                reason_key=reason,
+                comment=comment,
+                key=key,
+                previous=previous,
+            )
+        except IntegrityError:
+            repaint(delivery)
+            return Outcome(
+                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
+            )
+        if not created:
+            return Outcome(DUPLICATE, _recorded_message(snapshot, revision), revision)
+        _move_forward(delivery, revision)
+        log.info(
+            "delivery %s: revision %s with details (#%d)",
+            delivery.delivery_id,
+            revision.revision_id,
+            revision.revision,
+        )
+        return Outcome(RECORDED, _recorded_message(snapshot, revision), revision)
+
+
+# ---------------------------------------------------------------------------------------------
+# Card-action handlers (registered in FeedbackConfig.ready())
+# ---------------------------------------------------------------------------------------------
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def on_feedback(action: registry.CardAction) -> registry.Answer:
+    """Handler of `{"kind": "feedback", "delivery", "key", "rev"}` clicks."""
+    return record_choice(
+        action.bot,
+        delivery_id=_str(action.value.get("delivery")),
+        operator_open_id=action.operator_open_id,
+        verdict_key=_str(action.value.get("key")),
+        rev=_str(action.value.get("rev")),
+        open_message_id=action.open_message_id,
+        open_chat_id=action.open_chat_id,
+    ).answer()
+
+
+def on_feedback_detail(action: registry.CardAction) -> registry.Answer:
+    """Handler of `{"kind": "feedback_detail", "delivery", "rev"}` form submits."""
+    return record_details(
+        action.bot,
+        delivery_id=_str(action.value.get("delivery")),
+        operator_open_id=action.operator_open_id,
+        rev=_str(action.value.get("rev")),
+        form_value=action.form_value,
+        open_message_id=action.open_message_id,
+        open_chat_id=action.open_chat_id,
+    ).answer()
