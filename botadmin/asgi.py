@@ -14,7 +14,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import OriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core import checks  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
@@ -26,11 +27,37 @@ if _errors:
         "Refusing to start: " + "; ".join(f"{m.id}: {m.msg}" for m in _errors)
     )
 
+
+
+class BrowserOriginValidator(OriginValidator):
+    """`AllowedHostsOriginValidator`, except that a handshake without an `Origin` header is let
+    through: browsers always send one (so a page of another site cannot ride on the session
+    cookie), while desktop clients send none and authenticate with a token in the handshake.
+    Consumers must not accept cookie authentication without an Origin
+    (`interactions.panels.authenticate_scope` does not)."""
+
+    def __init__(self, application):
+        super().__init__(application, [])
+
+    @property
+    def allowed_origins(self) -> list[str]:
+        """settings.ALLOWED_HOSTS, read per handshake (as Django's host check does)."""
+        hosts = list(settings.ALLOWED_HOSTS)
+        if settings.DEBUG and not hosts:
+            hosts = ["localhost", "127.0.0.1", "[::1]"]
+        return hosts
+
+    @allowed_origins.setter
+    def allowed_origins(self, value) -> None:
+        pass  # always settings.ALLOWED_HOSTS
+
+    def valid_origin(self, parsed_origin):
+        return parsed_origin is None or super().valid_origin(parsed_origin)
+
+
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

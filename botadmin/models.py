@@ -309,7 +309,8 @@ class DesktopToken(HashedToken):
         verbose_name_plural = _("desktop tokens")
 
     def __str__(self) -> str:
-        return f"cdt_{self.lookup}_… ({self.label or self.open_id})"
+        # Never the open_id: this string lands in audit entries and admin messages.
+        return f"cdt_{self.lookup}_…" + (f" ({self.label})" if self.label else "")
 
 
 # ---------------------------------------------------------------------------------------------

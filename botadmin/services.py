@@ -21,7 +21,16 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from botadmin import audit
-from botadmin.models import Bot, BotApiKey, Chat, ChatPolicy, Team, TeamChat, TeamMembership
+from botadmin.models import (
+    Bot,
+    BotApiKey,
+    Chat,
+    ChatPolicy,
+    DesktopToken,
+    Team,
+    TeamChat,
+    TeamMembership,
+)
 from botadmin.policy import PolicyError, Resolution, resolve, validate_layer
 from botadmin.secretstore import delete_secret, write_secret
 
@@ -374,6 +383,67 @@ def revoke_api_key(actor: Any, key: BotApiKey) -> BotApiKey:
     return key
 
 
+# ---------------------------------------------------------------------------------------------
+# Desktop tokens (question panels)
+# ---------------------------------------------------------------------------------------------
+
+#: Longest `open_id` a desktop token may carry (the model column's length).
+OPEN_ID_MAX_LENGTH = DesktopToken._meta.get_field("open_id").max_length
+
+
+def desktop_token_prefix(token: DesktopToken) -> str:
+    """The public part of a desktop token (`cdt_<lookup>_…`), safe to show and log."""
+    return f"{DesktopToken.PREFIX_TAG}_{token.lookup}_…"
+
+
+@transaction.atomic
+def issue_desktop_token(
+    actor: Any, bot: Bot, open_id: str, label: str = ""
+) -> tuple[str, DesktopToken]:
+    """Issue a desktop token that lets a question panel connect as the Feishu user `open_id`
+    of `bot` (`/ws/panel/`, `/panel/`). Returns `(raw token, row)`: show the raw token once;
+    only its SHA-256 is stored. Raises `ValueError` for an empty or over-long `open_id`.
+    Audit `desktoptoken.issued` with the token's prefix and label — never the open_id, which
+    is a person's id."""
+    open_id = (open_id or "").strip()
+    if not open_id or len(open_id) > OPEN_ID_MAX_LENGTH:
+        raise ValueError(f"open_id must be 1–{OPEN_ID_MAX_LENGTH} characters")
+    raw, lookup = DesktopToken.new_raw()
+    token = DesktopToken(
+        bot=bot, open_id=open_id, label=(label or "")[:100], created_by=_actor_user(actor)
+    )
+    token.set_raw(raw, lookup)
+    token.save()
+    audit.record(
+        actor,
+        "desktoptoken.issued",
+        token,
+        None,
+        {"bot": bot.app_id, "token": desktop_token_prefix(token), "label": token.label},
+    )
+    return raw, token
+
+
+@transaction.atomic
+def revoke_desktop_token(actor: Any, token: DesktopToken) -> DesktopToken:
+    """Revoke `token`: it stops authenticating at once, and panels connected with it are
+    closed at their next check (`interactions.panels`). No-op when already revoked.
+    Audit `desktoptoken.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
+    locked = DesktopToken.objects.select_for_update().get(pk=token.pk)
+    if locked.revoked_at is None:
+        locked.revoked_at = timezone.now()
+        locked.save(update_fields=["revoked_at"])
+        audit.record(
+            actor,
+            "desktoptoken.revoked",
+            locked,
+            {"token": desktop_token_prefix(locked), "revoked_at": None},
+            {"token": desktop_token_prefix(locked), "revoked_at": locked.revoked_at.isoformat()},
+        )
+    token.revoked_at = locked.revoked_at
+    return token
+
+
 __all__ = [
     "PolicyError",
     "add_team_member",
@@ -383,11 +453,14 @@ __all__ = [
     "delete_chat",
     "delete_chat_policy",
     "delete_team",
+    "desktop_token_prefix",
     "effective_policy_for",
     "issue_api_key",
+    "issue_desktop_token",
     "key_prefix",
     "remove_team_member",
     "revoke_api_key",
+    "revoke_desktop_token",
     "save_bot",
     "save_chat",
     "save_team",

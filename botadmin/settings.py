@@ -130,20 +130,35 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Channels: in-memory layer in one process, Redis (channels-redis) when REDIS_URL is set.
 # ---------------------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
+#: Messages one channel (one WebSocket consumer) may hold before sends to it are dropped (the
+#: ASGI spec drops group sends silently past capacity, B15). A question panel receives a few
+#: messages per ask; correctness never depends on delivery (panels resync with the database).
+CHANNEL_CAPACITY = env.int("CARDLOOP_CHANNEL_CAPACITY", default=1000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                # redis-py 8 reads with a 5 s socket timeout by default, shorter than the
+                # layer's blocking BZPOPMIN: idle consumers would die with 1011 every ~5 s
+                # (django/channels_redis#422). No client-side read timeout, as before redis 8.
+                # Connections in use at once per process (redis-py's default is 100, and a
+                # burst past it fails at once: 1000 panels closing together, bench/README).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
                 "prefix": env.str("CARDLOOP_CHANNEL_PREFIX", default="cardloop"),
-                "capacity": 1000,
+                "capacity": CHANNEL_CAPACITY,
                 "expiry": 60,
             },
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            # channels' layer with its per-receive expiry sweep rate-limited (O(N²) fan-out)
+            "BACKEND": "botadmin.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60},
+        }
+    }
 
 # ---------------------------------------------------------------------------------------------
 # Auth, i18n, static files
@@ -223,6 +238,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "ProgressStatusEnum": "interactions.models.ProgressSession.Status",
+    },
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +265,13 @@ CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.5)
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).
 CARDLOOP_ASK_TIMEOUT = env.int("CARDLOOP_ASK_TIMEOUT", default=15 * 60)
+#: Question panels (`/ws/panel/`, interactions.panels): seconds between presence refreshes of
+#: a process's live panels, seconds after which an unrefreshed presence counts as gone (a
+#: process that died), and seconds between each panel's resync with the database (missed or
+#: dropped channel-layer pushes are repaired then, B15/B17).
+CARDLOOP_PANEL_HEARTBEAT = env.float("CARDLOOP_PANEL_HEARTBEAT", default=20.0)
+CARDLOOP_PANEL_PRESENCE_TTL = env.float("CARDLOOP_PANEL_PRESENCE_TTL", default=60.0)
+CARDLOOP_PANEL_RESYNC = env.float("CARDLOOP_PANEL_RESYNC", default=60.0)
 
 LOGGING = {
     "version": 1,

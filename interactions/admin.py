@@ -3,6 +3,8 @@
 Interactions (issue 6) are read-only here (filter by status, kind, bot); "always" approval
 rules can be listed and revoked — the action calls `interactions.approvals.revoke_rule`.
 Nothing secret is shown: interactions and rules hold ids, the question and the resolution.
+Progress sessions and asks (issue 7) are read-only lists with filters; the text people typed
+as answers is not shown (only who answered, how and when).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from interactions import approvals
-from interactions.models import ApprovalRule, Interaction
+from interactions.models import ApprovalRule, Ask, Interaction, ProgressSession
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -86,7 +88,15 @@ class InteractionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("resolution"))
     def resolution_pretty(self, obj: Interaction):
-        return _pre(obj.resolution) if obj.resolution else "—"
+        return _pre(_without_answers(obj)) if obj.resolution else "—"
+
+
+def _without_answers(obj: Interaction):
+    """An ask's resolution without the answers people typed (admins see who, how, when)."""
+    resolution = dict(obj.resolution or {})
+    if obj.kind == Interaction.Kind.ASK and resolution.get("value") is not None:
+        resolution["value"] = str(_("(answers not shown)"))
+    return resolution
 
 
 def _pre(value):
@@ -148,3 +158,152 @@ class ApprovalRuleAdmin(ReadOnlyAdmin):
             ngettext("%(n)d rule revoked.", "%(n)d rules revoked.", revoked) % {"n": revoked},
             messages.SUCCESS,
         )
+
+
+class AskStateFilter(admin.SimpleListFilter):
+    title = _("shown on")
+    parameter_name = "surface"
+
+    def lookups(self, request, model_admin):
+        return (("card", _("progress card")), ("panel_only", _("panel only")))
+
+    def queryset(self, request, queryset):
+        if self.value() == "card":
+            return queryset.filter(card__isnull=False)
+        if self.value() == "panel_only":
+            return queryset.filter(card__isnull=True)
+        return queryset
+
+
+@admin.register(Ask)
+class AskAdmin(ReadOnlyAdmin):
+    """ask_user_questions requests: who was asked what, where, and how it ended."""
+
+    list_display = (
+        "public_id",
+        "status",
+        "session_id",
+        "bot",
+        "question_count",
+        "surface",
+        "via",
+        "reason",
+        "created_at",
+        "expires_at",
+    )
+    list_filter = ("status", AskStateFilter, "bot")
+    search_fields = ("public_id", "session_id", "chat_id", "request_id")
+    date_hierarchy = "created_at"
+    list_select_related = ("bot", "card")
+    fields = (
+        "public_id",
+        "bot",
+        "status",
+        "session_id",
+        "chat_id",
+        "request_id",
+        "form_index",
+        "questions_pretty",
+        "created_at",
+        "expires_at",
+        "resolved_at",
+        "resolution_pretty",
+        "open_message_id",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("questions"))
+    def question_count(self, obj: Ask) -> int:
+        return len(obj.questions or [])
+
+    @admin.display(description=_("shown on"))
+    def surface(self, obj: Ask) -> str:
+        return str(_("progress card")) if obj.card_id else str(_("panel only"))
+
+    @admin.display(description=_("via"))
+    def via(self, obj: Ask) -> str:
+        return (obj.resolution or {}).get("via") or "—"
+
+    @admin.display(description=_("reason"))
+    def reason(self, obj: Ask) -> str:
+        from interactions.asks import cancel_reason
+
+        return "—" if obj.status == Interaction.Status.PENDING else cancel_reason(obj)
+
+    @admin.display(description=_("questions"))
+    def questions_pretty(self, obj: Ask):
+        return _pre(obj.questions)
+
+    @admin.display(description=_("resolution"))
+    def resolution_pretty(self, obj: Ask):
+        return _pre(_without_answers(obj)) if obj.resolution else "—"
+
+
+class CancelRequestedFilter(admin.SimpleListFilter):
+    title = _("cancel requested")
+    parameter_name = "cancel"
+
+    def lookups(self, request, model_admin):
+        return (("yes", _("yes")), ("no", _("no")))
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(cancel_requested_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(cancel_requested_at__isnull=True)
+        return queryset
+
+
+@admin.register(ProgressSession)
+class ProgressSessionAdmin(ReadOnlyAdmin):
+    """Progress cards: the state the agent reported, the card, pending questions."""
+
+    list_display = (
+        "session_id",
+        "status",
+        "title",
+        "bot",
+        "receive_id_type",
+        "open_asks",
+        "cancel_requested_at",
+        "updated_at",
+    )
+    list_filter = ("status", CancelRequestedFilter, "receive_id_type", "bot")
+    search_fields = ("session_id", "title", "receive_id")
+    date_hierarchy = "updated_at"
+    list_select_related = ("bot", "card")
+    fields = (
+        "session_id",
+        "bot",
+        "status",
+        "title",
+        "summary",
+        "tool_lines_pretty",
+        "receive_id_type",
+        "receive_id",
+        "details_url",
+        "card",
+        "state_version",
+        "open_asks",
+        "cancel_requested_at",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("open questions"))
+    def open_asks(self, obj: ProgressSession) -> str:
+        ids = list(
+            Ask.objects.of_session(obj.bot_id, obj.session_id)
+            .pending()
+            .values_list("public_id", flat=True)
+        )
+        return ", ".join(ids) or "—"
+
+    @admin.display(description=_("tool lines"))
+    def tool_lines_pretty(self, obj: ProgressSession):
+        return _pre(obj.tool_lines)
+
+
+# Desktop tokens and panel connections (question panels, issue 7).
+from interactions import panel_admin  # noqa: E402,F401

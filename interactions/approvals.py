@@ -264,6 +264,18 @@ def attach_card(ia: Interaction, entity: CardEntity) -> Interaction:
 # ---------------------------------------------------------------------------------------------
 
 
+#: Per-kind hooks run by `resolve()` for the winner, inside its transaction:
+#: kind → fn(interaction) (asks: re-render the progress card, tell panels on commit).
+_resolution_hooks: dict[str, Any] = {}
+
+
+def register_resolution_hook(kind: str, fn) -> None:
+    """Run `fn(interaction)` inside the winning `resolve()` transaction of every interaction of
+    `kind`, instead of queueing `interaction_cards.feishu_card` (the kind owns its card).
+    Use `transaction.on_commit` inside `fn` for anything that must wait for the commit."""
+    _resolution_hooks[kind] = fn
+
+
 def stable_event_id(public_id: str) -> str:
     """`evt_` + 32 hex of sha256(["interaction.resolved", public_id]): one event per
     interaction, whatever path resolved it."""
@@ -327,7 +339,10 @@ def resolve(
             team=effective_policy_for(current.bot, current.chat_id).team,
             time=now,
         )
-        if current.card is not None:
+        hook = _resolution_hooks.get(current.kind)
+        if hook is not None:
+            hook(current)
+        elif current.card is not None:
             cards.enqueue_card(
                 current.card, interaction_cards.feishu_card(current), version=FINAL_VERSION
             )
@@ -449,12 +464,14 @@ def notify_waiters(public_id: str) -> None:
 
 
 def find(bot: Bot, public_id: str) -> Interaction | None:
-    """The interaction `public_id` of `bot`, or None."""
+    """The interaction `public_id` of `bot`, or None. Asks are not found here: they are
+    answered only through `interactions.asks` (their own validation and card)."""
     if not public_id or not isinstance(public_id, str):
         return None
     return (
         Interaction.objects.select_related("bot", "card")
         .filter(bot=bot, public_id=public_id)
+        .exclude(kind=Interaction.Kind.ASK)
         .first()
     )
 

@@ -9,8 +9,12 @@ class InteractionsConfig(AppConfig):
     verbose_name = _("Interactions")
 
     def ready(self) -> None:
-        from interactions import approvals, registry, textcommands
+        from interactions import approvals, asks, registry, textcommands
 
         # Interactions across channels (issue 6): button clicks and typed /_interaction commands.
         registry.register("interaction", approvals.on_card_action)
         registry.register_event("im.message.receive_v1", textcommands.on_message)
+        # Progress cards and asks (issue 7): importing asks registers its resolve() hook and
+        # the card-queue renderer "progress".
+        registry.register("feishu_ask", asks.on_ask_action)
+        registry.register("progress", asks.on_progress_action)

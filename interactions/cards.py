@@ -3,6 +3,8 @@
     entity = send_card(bot, card, receive_id="oc_…", uuid=delivery_id, purpose="feedback")
     enqueue_elements(entity, {"fb_status": {...}, "fb_buttons": {...}})   # CardKit, merged
     enqueue_card(entity, whole_card, version=state_version)              # owned cards
+    register_renderer("progress", fn)          # fn(CardEntity) -> card dict | None
+    enqueue_render(entity, "progress", version=state_version)           # rendered at apply time
 
 Updates are rows of the durable queue `CardUpdate` (built on `interactions.workqueue`), applied
 by `manage.py card_worker` (`interactions.cardworker`): coalesced per card, strictly increasing
@@ -207,6 +209,40 @@ def enqueue_card(
     return _enqueue(card, card_json, {}, version)
 
 
+#: Whole-card renderers of the queue: name → fn(CardEntity) -> Card JSON dict | None.
+_renderers: dict[str, Any] = {}
+
+
+def register_renderer(name: str, fn) -> None:
+    """Register `fn(card: CardEntity) -> dict | None` under `name` for `enqueue_render`.
+
+    The card worker calls it when the update is *applied* (each attempt), reading the current
+    state from the database; None means "nothing to show any more" (the update is done
+    without a request). Register from `AppConfig.ready()`; a name maps to one function.
+    """
+    if not name or len(name) > 32:
+        raise ValueError("renderer names are 1..32 characters")
+    _renderers[name] = fn
+
+
+def render_now(card: CardEntity, name: str) -> dict[str, Any] | None:
+    """Run renderer `name` for `card` (raises KeyError for an unknown name)."""
+    return _renderers[name](card)
+
+
+def enqueue_render(card: CardEntity, renderer: str, *, version: int | None = None):
+    """Queue a whole-card update of `card` whose JSON renderer `renderer` produces from the
+    database when the worker applies it — the current state at send time, never the state at
+    enqueue time, so a later update can never bring back an older state (issue 7: an answered
+    form never comes back). Replaces anything pending for the card; a later `enqueue_card`
+    replaces it. `version` as in `enqueue_elements`. Raises KeyError for an unknown renderer.
+    Returns the pending row, or None when dropped.
+    """
+    if renderer not in _renderers:
+        raise KeyError(f"no card renderer {renderer!r} registered")
+    return _enqueue(card, None, {}, version, renderer=renderer)
+
+
 def enqueue_card_for_message(
     bot, open_message_id: str, card_json: dict[str, Any]
 ) -> CardUpdate | None:
@@ -223,6 +259,8 @@ def _enqueue(
     card_json: dict[str, Any] | None,
     elements: dict[str, dict[str, Any]],
     version: int | None,
+    *,
+    renderer: str = "",
 ) -> CardUpdate | None:
     hold = _current_hold.get()
     held = hold is not None and not hold.released
@@ -251,12 +289,20 @@ def _enqueue(
                 card=locked,
                 card_json=card_json,
                 elements=elements,
+                renderer=renderer,
                 next_attempt_at=due,
                 hold_token=hold.token if held else "",
             )
-        merged_card, merged_elements, dropped = merge_updates(
-            pending.card_json, pending.elements, card_json, elements
-        )
+        if renderer:  # a rendered whole card replaces everything pending
+            merged_card, merged_elements, dropped = None, {}, set()
+            pending.renderer = renderer
+        elif card_json is not None or not pending.renderer:
+            merged_card, merged_elements, dropped = merge_updates(
+                pending.card_json, pending.elements, card_json, elements
+            )
+            pending.renderer = ""
+        else:  # element updates cannot apply to a card rendered at apply time
+            merged_card, merged_elements, dropped = None, {}, set(elements)
         if dropped:
             log.warning(
                 "card %s: element update(s) %s not in the queued whole card; dropped",
@@ -265,7 +311,7 @@ def _enqueue(
             )
         pending.card_json = merged_card
         pending.elements = merged_elements
-        fields = ["card_json", "elements", "updated_at"]
+        fields = ["card_json", "elements", "renderer", "updated_at"]
         if held:
             pending.hold_token = hold.token
             pending.next_attempt_at = max(pending.next_attempt_at, due)

@@ -75,6 +75,20 @@ def apply_update(row: CardUpdate, token: str) -> str:
     from interactions.lark.client import LarkApiError, gateway_for
 
     card = CardEntity.objects.select_related("bot").get(pk=row.card_id)
+    if row.renderer:  # rendered now, from the current state (cards.enqueue_render)
+        try:
+            from interactions.cards import render_now
+
+            rendered = render_now(card, row.renderer)
+        except Exception as exc:  # noqa: BLE001 - a renderer bug must not lose the update
+            log.exception("card %s: renderer %s raised", card.pk, row.renderer)
+            return _failed(
+                row, token, card, exc, retryable=True, code=None, rate_limited=False, sequence=None
+            )
+        if rendered is None:
+            settle(row, token, WorkStatus.DONE, renderer="")
+            return "done"
+        row.card_json = rendered
     if row.card_json is None and not row.elements:
         settle(row, token, WorkStatus.DONE)
         return "done"
@@ -119,6 +133,7 @@ def apply_update(row: CardUpdate, token: str) -> str:
             sequence=sequence,
             card_json=None,
             elements={},
+            renderer="",
             error_code=None,
         ):
             if sequence is not None:
@@ -198,12 +213,19 @@ def return_to_pending(row: CardUpdate, token: str, when, *, error: str = "", **f
             **fields,
         ):
             return False
-        card_json, elements, _dropped = merge_updates(
-            row.card_json, row.elements, pending.card_json, pending.elements
-        )
-        pending.card_json, pending.elements = card_json, elements
+        if pending.renderer or pending.card_json is not None:
+            pass  # the newer whole card (rendered or given) replaces the older content
+        elif row.renderer:  # older rendered card + newer element updates: render wins
+            pending.renderer, pending.card_json, pending.elements = row.renderer, None, {}
+        else:
+            card_json, elements, _dropped = merge_updates(
+                row.card_json, row.elements, pending.card_json, pending.elements
+            )
+            pending.card_json, pending.elements = card_json, elements
         pending.next_attempt_at = max(pending.next_attempt_at, when)
-        pending.save(update_fields=["card_json", "elements", "next_attempt_at", "updated_at"])
+        pending.save(
+            update_fields=["card_json", "elements", "renderer", "next_attempt_at", "updated_at"]
+        )
         return True
 
 

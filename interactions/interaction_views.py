@@ -101,7 +101,9 @@ class FormFieldSerializer(serializers.Serializer):
 class InteractionCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/interactions`."""
 
-    kind = serializers.ChoiceField(choices=Interaction.Kind.choices)
+    kind = serializers.ChoiceField(
+        choices=[c for c in Interaction.Kind.choices if c[0] != Interaction.Kind.ASK]
+    )
     channel = serializers.CharField(
         default=channels.FEISHU,
         max_length=16,
@@ -389,14 +391,26 @@ class InteractionDetailView(AsyncAPIView):
         return Response(state)
 
 
-async def wait_for_final(bot, public_id: str, wait: float, state: dict) -> dict | None:
+async def wait_for_final(
+    bot,
+    public_id: str,
+    wait: float,
+    state: dict,
+    *,
+    read_state=None,
+    expires_key: str = "expires_at",
+) -> dict | None:
     """Poll the interaction until it is final or `wait` seconds passed.
 
     Subscribes first — to this process's wake-ups (`approvals.add_local_waiter`) and, with
     Redis, to the channel-layer group — so a resolution between a poll and the subscription
     cannot be missed; then polls the database with backoff (FIRST_POLL_INTERVAL doubling to
     MAX_POLL_INTERVAL, never sleeping past `expires_at`, where the poll expires it). A wake-up
-    only triggers the next poll: the database is the truth. Returns the last state read."""
+    only triggers the next poll: the database is the truth. Returns the last state read.
+
+    `read_state(bot, public_id) -> dict | None` (sync; default: an interaction's JSON) and
+    `expires_key` let asks (`GET /api/v1/asks/<requestId>`) share this loop; a state is
+    final when its `status` is not "pending"."""
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
     approvals.add_local_waiter(public_id, loop, woken)
@@ -410,7 +424,7 @@ async def wait_for_final(bot, public_id: str, wait: float, state: dict) -> dict 
         except Exception:  # noqa: BLE001 - polling alone is still correct
             log.warning("interaction %s: channel layer unavailable; polling only", public_id)
             channel_name = None
-    read = sync_to_async(_read_state)
+    read = sync_to_async(read_state or _read_state)
     deadline = time.monotonic() + wait
     delay = FIRST_POLL_INTERVAL
     try:
@@ -422,9 +436,7 @@ async def wait_for_final(bot, public_id: str, wait: float, state: dict) -> dict 
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return state
-            until_expiry = (
-                _parse_time(state["expires_at"]) - timezone.now()
-            ).total_seconds() + 0.05
+            until_expiry = (_parse_time(state[expires_key]) - timezone.now()).total_seconds() + 0.05
             pause = max(0.01, min(delay, remaining, max(until_expiry, 0.01)))
             waits = [asyncio.ensure_future(woken.wait())]
             if channel_name is not None:

@@ -137,6 +137,16 @@ class CardUpdate(WorkItem):
 
     card = models.ForeignKey(CardEntity, on_delete=models.CASCADE, related_name="updates")
     card_json = models.JSONField(_("whole card"), null=True, blank=True)
+    renderer = models.CharField(
+        _("renderer"),
+        max_length=32,
+        blank=True,
+        default="",
+        help_text=_(
+            "A whole-card update rendered from the database when it is applied "
+            "(cards.register_renderer), so it always shows the current state."
+        ),
+    )
     elements = models.JSONField(_("element updates"), default=dict, blank=True)
     sequence = models.PositiveIntegerField(_("sequence of the last attempt"), null=True, blank=True)
     hold_token = models.CharField(max_length=32, blank=True, default="")
@@ -168,7 +178,12 @@ class CardUpdate(WorkItem):
         ]
 
     def __str__(self) -> str:
-        what = "card" if self.card_json is not None else ",".join(sorted(self.elements)) or "-"
+        if self.renderer:
+            what = f"render:{self.renderer}"
+        elif self.card_json is not None:
+            what = "card"
+        else:
+            what = ",".join(sorted(self.elements)) or "-"
         return f"{self.card} [{what}] {self.status}"
 
 
@@ -206,6 +221,10 @@ class Interaction(models.Model):
       also writes `resolution = {action_id, value, operator, via, at}` (`via`: card | text |
       api | timeout | cancel) and the `interaction.resolved` event.
     - `card` / `open_message_id`: the Feishu message it was rendered to (empty elsewhere).
+    - Asks (`kind="ask"`, issue 7): `public_id` is the API's `requestId`, `questions` the 1–4
+      questions, `form_index` the n of the form `ask_<n>` on the session's progress card, and
+      `resolution.value` the answers `[{question, selectedLabels, customInput}]`; service
+      functions in `interactions/asks.py`, which completes them through the same `resolve()`.
     """
 
     class Kind(models.TextChoices):
@@ -213,6 +232,7 @@ class Interaction(models.Model):
         QUICK_REPLY = "quick_reply", _("quick reply")
         FORM = "form", _("form")
         COMMAND = "command", _("command")
+        ASK = "ask", _("ask_user_questions")
 
     class Status(models.TextChoices):
         PENDING = "pending", _("pending")
@@ -226,6 +246,7 @@ class Interaction(models.Model):
         API = "api", _("API")
         TIMEOUT = "timeout", _("timeout")
         CANCEL = "cancel", _("cancel")
+        PANEL = "panel", _("panel")
 
     class Scope(models.TextChoices):
         SESSION = "session", _("session")
@@ -255,6 +276,17 @@ class Interaction(models.Model):
     )
     actions = models.JSONField(_("actions"), default=list, blank=True)
     fields = models.JSONField(_("form fields"), default=list, blank=True)
+    questions = models.JSONField(
+        _("questions"),
+        default=list,
+        blank=True,
+        help_text=_("Asks: [{question, header, options: [{label, description}], multiSelect}]."),
+    )
+    form_index = models.PositiveSmallIntegerField(
+        _("form number on the progress card"),
+        default=0,
+        help_text=_("Asks: n of the card form ask_<n> (stable per session)."),
+    )
     expires_at = models.DateTimeField(_("expires at"))
     status = models.CharField(
         _("status"), max_length=10, choices=Status.choices, default=Status.PENDING
@@ -360,3 +392,197 @@ class ApprovalRule(models.Model):
     def __str__(self) -> str:
         where = {"session": self.session_id, "chat": self.chat_id, "bot": ""}.get(self.scope, "")
         return f"{self.tool} @ {self.scope} {where}".strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Question panels: presence (issue 7, interactions.panels)
+# ---------------------------------------------------------------------------------------------
+
+
+class PanelPresenceQuerySet(models.QuerySet):
+    def live(self, now=None):
+        """Rows whose process refreshed them within `CARDLOOP_PANEL_PRESENCE_TTL` seconds."""
+        from interactions import panels
+
+        return self.filter(last_seen_at__gte=(now or timezone.now()) - panels.presence_ttl())
+
+    def expired(self, now=None):
+        from interactions import panels
+
+        return self.filter(last_seen_at__lt=(now or timezone.now()) - panels.presence_ttl())
+
+    def of_user(self, bot, open_id: str):
+        return self.filter(bot=bot, open_id=open_id)
+
+
+class PanelPresence(models.Model):
+    """One live question-panel WebSocket (`/ws/panel/`): which user it shows, which process
+    serves it. Any process answers "is this user connected" from these rows
+    (`interactions.panels.is_connected`).
+
+    Written only by `interactions.panels`: created on connect, deleted on disconnect, and
+    `last_seen_at` refreshed by the serving process every `CARDLOOP_PANEL_HEARTBEAT` seconds.
+    A process that dies leaves rows that stop being refreshed: they count as gone after
+    `CARDLOOP_PANEL_PRESENCE_TTL` seconds and are swept by the next heartbeat of any process.
+    """
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="panel_presences")
+    open_id = models.CharField(_("open_id"), max_length=64)
+    channel_name = models.CharField(_("channel name"), max_length=200, unique=True)
+    token = models.ForeignKey(
+        "botadmin.DesktopToken",
+        on_delete=models.CASCADE,
+        related_name="presences",
+        verbose_name=_("desktop token"),
+    )
+    server = models.CharField(
+        _("server"), max_length=64, help_text=_("The process (host:pid:nonce) serving it.")
+    )
+    via = models.CharField(_("client"), max_length=16, default="desktop")
+    connected_at = models.DateTimeField(_("connected at"), default=timezone.now)
+    last_seen_at = models.DateTimeField(_("last seen"), default=timezone.now)
+
+    objects = PanelPresenceQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("panel connection")
+        verbose_name_plural = _("panel connections")
+        ordering = ["-connected_at"]
+        indexes = [
+            models.Index(fields=["bot", "open_id", "last_seen_at"], name="panel_presence_user"),
+            models.Index(fields=["last_seen_at"], name="panel_presence_seen"),
+        ]
+
+    def __str__(self) -> str:
+        return f"panel {self.pk} via {self.via} on {self.server}"
+
+
+# =============================================================================================
+# Progress cards and asks (issue 7). State changes: `interactions/asks.py`; rendering:
+# `interactions/progress_cards.py`.
+# =============================================================================================
+
+
+class AskQuerySet(InteractionQuerySet):
+    def open_for(self, bot: Bot, open_id: str, now=None):
+        """Pending, unexpired asks of `bot` whose requester is `open_id`, oldest first."""
+        return (
+            self.pending()
+            .filter(bot=bot, requester_open_id=open_id, expires_at__gt=now or timezone.now())
+            .order_by("created_at", "id")
+        )
+
+    def of_session(self, bot: Bot, session_id: str):
+        return self.filter(bot=bot, session_id=session_id)
+
+
+class AskManager(models.Manager.from_queryset(AskQuerySet)):
+    def get_queryset(self):
+        return super().get_queryset().filter(kind=Interaction.Kind.ASK)
+
+
+class Ask(Interaction):
+    """An ask_user_questions request: an `Interaction` of kind `ask` (same table, same one
+    `approvals.resolve()`), seen through this proxy so queries and the admin name it."""
+
+    objects = AskManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = _("question request (ask)")
+        verbose_name_plural = _("question requests (asks)")
+        ordering = ["-created_at", "-id"]
+
+    def save(self, *args, **kwargs):
+        self.kind = Interaction.Kind.ASK
+        super().save(*args, **kwargs)
+
+
+class ProgressSessionQuerySet(models.QuerySet):
+    def of_bot(self, bot: Bot):
+        return self.filter(bot=bot)
+
+    def for_card(self, card: CardEntity):
+        """The session whose progress card is `card` (0 or 1 row)."""
+        return self.filter(card=card)
+
+
+class ProgressSession(models.Model):
+    """The progress card of one agent session (`PUT /api/v1/sessions/<session_id>/progress`).
+
+    Cardloop owns the whole card and renders it from this row plus the session's pending asks
+    (`interactions.progress_cards.render`) every time it is updated. `state_version` grows with
+    every change (state, asks, cancel request) and is passed to the card queue.
+
+    - `receive_id_type` / `receive_id`: where the card was sent (`chat_id` → `oc_…`, or
+      `open_id` → a p2p chat with that user).
+    - `status`: running | completed | failed | cancelled (terminal) | recovering (the agent
+      runtime restarted: pending asks were invalidated, the card shows the recovery text).
+    - `tool_lines`: the latest tool lines shown (strings, newest last, ≤ 20).
+    - `cancel_requested_at/_by`: the requester pressed "Cancel task" (the backend reads it in
+      every progress answer; Cardloop does not stop anything itself).
+    - `sending_since`: a first send is in progress (another PUT meanwhile only updates state).
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running", _("running")
+        COMPLETED = "completed", _("completed")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
+        RECOVERING = "recovering", _("recovering")
+
+    TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="progress_sessions")
+    session_id = models.CharField(_("session_id"), max_length=128)
+    receive_id_type = models.CharField(
+        _("receive_id_type"),
+        max_length=8,
+        choices=[("chat_id", "chat_id"), ("open_id", "open_id")],
+        default="chat_id",
+    )
+    receive_id = models.CharField(_("chat_id or p2p open_id"), max_length=64)
+    chat_id = models.CharField(
+        _("chat_id"), max_length=64, blank=True, default="", help_text=_("Known after sending.")
+    )
+    requester_open_id = models.CharField(_("requester open_id"), max_length=64, blank=True)
+    status = models.CharField(
+        _("status"), max_length=12, choices=Status.choices, default=Status.RUNNING
+    )
+    title = models.CharField(_("title"), max_length=200, blank=True, default="")
+    summary = models.TextField(_("summary"), blank=True, default="")
+    tool_lines = models.JSONField(_("tool lines"), default=list, blank=True)
+    details_url = models.URLField(_("session details URL"), max_length=500, blank=True)
+    card = models.OneToOneField(
+        CardEntity, null=True, blank=True, on_delete=models.SET_NULL, related_name="progress"
+    )
+    state_version = models.BigIntegerField(_("state version"), default=0)
+    sending_since = models.DateTimeField(_("first send started"), null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(_("cancel requested at"), null=True, blank=True)
+    cancel_requested_by = models.CharField(
+        _("cancel requested by (open_id)"), max_length=64, blank=True, default=""
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    objects = ProgressSessionQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("progress session")
+        verbose_name_plural = _("progress sessions")
+        ordering = ["-updated_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "session_id"], name="progress_session_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.status}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+    @property
+    def shows_forms(self) -> bool:
+        """Only a running session's card carries ask forms (terminal / recovering: none)."""
+        return self.status == self.Status.RUNNING

@@ -1,3 +1,9 @@
 """WebSocket routes of the interactions app."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from interactions.consumers import PanelConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/panel/", PanelConsumer.as_asgi(), name="ws-panel"),
+]

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from interactions import ask_views as av
 from interactions import interaction_views as iv
 from interactions.lark import ingress
 
@@ -31,4 +32,18 @@ urlpatterns = [
     ),
     path("api/v1/approvals/check", iv.ApprovalCheckView.as_view(), name="approval-check"),
     path("api/v1/capabilities", iv.CapabilitiesView.as_view(), name="capabilities"),
+    # Progress cards and asks (issue 7)
+    path(
+        "api/v1/sessions/<str:session_id>/progress",
+        av.ProgressView.as_view(),
+        name="session-progress",
+    ),
+    path("api/v1/sessions/<str:session_id>/asks", av.AskCreateView.as_view(), name="session-asks"),
+    path(
+        "api/v1/sessions/<str:session_id>/asks/cancel",
+        av.SessionAsksCancelView.as_view(),
+        name="session-asks-cancel",
+    ),
+    path("api/v1/asks/<str:request_id>", av.AskDetailView.as_view(), name="ask-detail"),
+    path("api/v1/asks/<str:request_id>/cancel", av.AskCancelView.as_view(), name="ask-cancel"),
 ]

@@ -1,0 +1,366 @@
+"""Panels and asks together (`interactions.panels` on `interactions.asks`, no monkeypatching):
+snapshot on connect, pushes of registrations and completions, answers from the panel accepted
+or rejected, presence, token revocation, and the failure modes B15 (channel over capacity)
+and B17 (events while a client reconnects)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import pytest
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from botadmin import services
+from interactions import asks, panels
+from interactions.models import Ask, PanelPresence
+from interactions.tests.panel_helpers import *  # noqa: F403
+from interactions.tests.panel_helpers import (
+    QUESTIONS,
+    REQUESTER,
+    communicator,
+    receive,
+    receive_until,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ANSWERS = [
+    {"question": QUESTIONS[0]["question"], "selectedLabels": ["PostgreSQL"], "customInput": ""},
+    {"question": QUESTIONS[1]["question"], "selectedLabels": ["Lint"], "customInput": "e2e"},
+]
+
+db = database_sync_to_async
+
+
+def register(bot, session="sess_1", requester=REQUESTER):
+    return asks.register_ask(bot, session, questions=QUESTIONS, requester_open_id=requester).ask
+
+
+def result(request_id, answers=ANSWERS):
+    return {"type": "ask_user_questions_result", "requestId": request_id, "answers": answers}
+
+
+async def connected(raw):
+    comm = communicator(raw=raw)
+    ok, _ = await comm.connect()
+    assert ok
+    return comm
+
+
+async def test_no_panel_means_no_channel_and_a_connected_panel_gets_the_push(panel_user):
+    bot, raw, _token = panel_user
+    with pytest.raises(asks.NoChannel):
+        await db(register)(bot)
+    comm = await connected(raw)
+    assert (await receive(comm))["requestIds"] == []
+    ask = await db(register)(bot)
+    pushed = await receive(comm)
+    assert pushed == asks.panel_message(ask)
+    await comm.disconnect(timeout=10)
+
+
+async def test_snapshot_on_connect_lists_every_open_ask_of_that_user_only(panel_user):
+    bot, raw, _token = panel_user
+    first = await connected(raw)
+    await receive(first)
+    mine = [await db(register)(bot, f"sess_{i}") for i in range(3)]
+    for _ in mine:
+        await receive(first)
+    other_raw, _ = await db(services.issue_desktop_token)("t", bot, "ou_other")
+    other = await connected(other_raw)
+    await receive(other)
+    theirs = await db(register)(bot, "sess_x", "ou_other")
+    await receive(other)
+    await db(asks.cancel_ask)(mine[1])  # no longer open
+
+    second = await connected(raw)
+    envelope = await receive(second)
+    expected = [mine[0].public_id, mine[2].public_id]
+    assert envelope["type"] == "snapshot" and envelope["requestIds"] == expected
+    assert [(await receive(second))["requestId"] for _ in expected] == expected
+    assert theirs.public_id not in envelope["requestIds"]
+    for comm in (first, second, other):
+        await comm.disconnect(timeout=10)
+
+
+async def test_answer_from_the_panel_is_accepted_and_every_panel_is_told_answered(panel_user):
+    bot, raw, _token = panel_user
+    a, b = await connected(raw), await connected(raw)
+    await receive(a), await receive(b)
+    ask = await db(register)(bot)
+    await receive(a), await receive(b)
+
+    await a.send_json_to(result(ask.public_id))
+    frames = [await receive(a), await receive(a)]
+    assert {"type": "ask_user_questions_accepted", "requestId": ask.public_id} in frames
+    cancelled = asks.cancelled_message(ask.public_id, "answered")
+    assert cancelled in frames
+    assert await receive(b) == cancelled
+    state = asks.ask_state(await db(Ask.objects.get)(pk=ask.pk))
+    assert state["status"] == "answered" and state["answered_via"] == "panel"
+    assert state["answers"][1] == {
+        "question": QUESTIONS[1]["question"],
+        "selectedLabels": ["Lint"],
+        "customInput": "e2e",
+    }
+
+    # The other panel answers late: rejected as finished, nothing changes.
+    await b.send_json_to(result(ask.public_id))
+    rejected = await receive(b)
+    assert rejected["type"] == "ask_user_questions_rejected" and rejected["code"] == "finished"
+    for comm in (a, b):
+        await comm.disconnect(timeout=10)
+
+
+async def test_refused_answers_are_rejected_with_their_code_and_the_ask_stays_open(panel_user):
+    bot, raw, _token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    ask = await db(register)(bot)
+    await receive(comm)
+    empty = [
+        {"question": "", "selectedLabels": [], "customInput": ""},
+        {"question": "", "selectedLabels": ["Lint"], "customInput": ""},
+    ]
+    unknown_label = [
+        {"question": "", "selectedLabels": ["MySQL"], "customInput": ""},
+        ANSWERS[1],
+    ]
+    for answers, code in ((empty, "empty_answer"), (unknown_label, "invalid")):
+        await comm.send_json_to(result(ask.public_id, answers))
+        reply = await receive(comm)
+        assert reply["type"] == "ask_user_questions_rejected" and reply["code"] == code
+        assert reply["detail"]
+    await comm.send_json_to(result("ask_0000000000000000"))
+    assert (await receive(comm))["code"] == "unknown"
+    assert (await db(Ask.objects.get)(pk=ask.pk)).status == "pending"
+
+    # Another user's panel cannot answer it (it never sees it, and a guessed id is refused).
+    other_raw, _ = await db(services.issue_desktop_token)("t", bot, "ou_other")
+    other = await connected(other_raw)
+    await receive(other)
+    await other.send_json_to(result(ask.public_id))
+    assert (await receive(other))["code"] == "not_sender"
+    assert (await db(Ask.objects.get)(pk=ask.pk)).status == "pending"
+    for c in (comm, other):
+        await c.disconnect(timeout=10)
+
+
+async def test_timeout_and_cancel_reach_the_panel_with_their_reason(panel_user):
+    bot, raw, _token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    ask1, ask2 = await db(register)(bot, "s1"), await db(register)(bot, "s2")
+    await receive(comm), await receive(comm)
+    await db(asks.cancel_ask)(ask1)
+    assert await receive(comm) == asks.cancelled_message(ask1.public_id, "cancelled")
+    await db(Ask.objects.filter(pk=ask2.pk).update)(expires_at=timezone.now())
+    from interactions import approvals
+
+    await db(approvals.expire_due)()
+    assert await receive(comm) == asks.cancelled_message(ask2.public_id, "timeout")
+    await comm.disconnect(timeout=10)
+
+
+async def test_presence_follows_connections_and_a_dead_process_expires(panel_user, settings):
+    bot, raw, _token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    assert await db(panels.is_connected)(bot, REQUESTER)
+    # Simulate the serving process dying: its row stops being refreshed.
+    await db(PanelPresence.objects.update)(last_seen_at=timezone.now() - timedelta(seconds=61))
+    assert not await db(panels.is_connected)(bot, REQUESTER)
+    with pytest.raises(asks.NoChannel):
+        await db(register)(bot)
+    # A heartbeat of a live process sweeps the dead row (and refreshes only live channels).
+    assert await db(panels.refresh)(["specific.gone!1"]) == 0
+    assert await db(PanelPresence.objects.count)() == 0
+    await comm.disconnect(timeout=10)
+
+
+async def test_heartbeat_keeps_a_live_panel_present(panel_user, settings):
+    settings.CARDLOOP_PANEL_HEARTBEAT = 0.05
+    settings.CARDLOOP_PANEL_PRESENCE_TTL = 0.5
+    bot, raw, _token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    first = (await db(PanelPresence.objects.get)()).last_seen_at
+    await asyncio.sleep(0.8)  # past the TTL: only refreshes keep it present
+    assert await db(panels.is_connected)(bot, REQUESTER)
+    assert (await db(PanelPresence.objects.get)()).last_seen_at > first
+    await comm.disconnect(timeout=10)
+    assert not await db(panels.is_connected)(bot, REQUESTER)
+
+
+async def test_a_token_revoked_while_connected_closes_the_panel(panel_user, settings):
+    settings.CARDLOOP_PANEL_RESYNC = 0.05
+    bot, raw, token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    await db(services.revoke_desktop_token)("test", token)
+    frame, _ = await receive_until(comm, lambda f: f["type"] == "error")
+    assert frame["error"] == "invalid_token"
+    assert (await comm.receive_output(5))["code"] == panels.CLOSE_INVALID_TOKEN
+    assert not await db(panels.is_connected)(bot, REQUESTER)
+
+
+async def test_b15_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_all(
+    panel_user, settings, caplog, monkeypatch
+):
+    """B15: a panel's channel holds `capacity` messages; a burst of 150 pushes arriving before
+    the consumer reads one overflows it, and sends past capacity are dropped. The drop is
+    logged and counted; a resync (on request, on reconnect) gives the panel all 150 open
+    asks, each answerable."""
+    from channels.layers import channel_layers
+
+    caplog.set_level(logging.INFO, logger="interactions")
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 20},
+        }
+    }
+    channel_layers.backends.clear()
+    try:
+        bot, raw, _token = panel_user
+        comm = await connected(raw)
+        await receive(comm)
+        # Register 150 asks, holding their pushes back so they arrive as one burst.
+        held = []
+        monkeypatch.setattr(panels, "push", lambda b, o, m: held.append((b, o, m)))
+        made = await db(lambda: [register(bot, f"s{i}") for i in range(150)])()
+        monkeypatch.undo()
+        assert len(held) == 150
+        dropped_before = panels.STATS["push_dropped"]
+        for args in held:  # on this loop, without yielding: the consumer reads none meanwhile
+            panels.push(*args)
+        seen = set()
+        while not await comm.receive_nothing(0.5):
+            seen.add((await receive(comm))["requestId"])
+        dropped = panels.STATS["push_dropped"] - dropped_before
+        assert dropped == 150 - len(seen) and dropped >= 100  # most were really dropped
+        assert "over capacity" in caplog.text
+
+        ids = {a.public_id for a in made}
+        await comm.send_json_to({"type": "sync"})
+        envelope = await receive(comm)
+        assert envelope["type"] == "snapshot" and set(envelope["requestIds"]) == ids
+        assert {(await receive(comm))["requestId"] for _ in ids} == ids
+        again = await connected(raw)
+        assert set((await receive(again))["requestIds"]) == ids
+        # Every one of them can be answered from the panel.
+        one = made[0].public_id
+        await comm.send_json_to(result(one))
+        accepted, _ = await receive_until(
+            comm, lambda f: f["type"] == "ask_user_questions_accepted"
+        )
+        assert accepted["requestId"] == one
+        for c in (comm, again):
+            await c.disconnect(timeout=10)
+    finally:
+        channel_layers.backends.clear()
+
+
+async def test_b15_a_lost_push_is_repaired_by_the_periodic_resync_and_logged(
+    panel_user, settings, caplog, monkeypatch
+):
+    caplog.set_level(logging.INFO, logger="interactions")
+    settings.CARDLOOP_PANEL_RESYNC = 0.2
+    bot, raw, _token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    monkeypatch.setattr(panels, "push", lambda *args: None)  # every push is lost
+    ask = await db(register)(bot)
+    repaired = panels.STATS["resync_repaired"]
+    envelope = await receive(comm)
+    assert envelope["type"] == "snapshot" and envelope["requestIds"] == [ask.public_id]
+    assert await receive(comm) == asks.panel_message(ask)
+    await db(asks.cancel_ask)(ask)  # its cancellation push is lost too
+    envelope, _ = await receive_until(comm, lambda f: f["type"] == "snapshot")
+    assert envelope["requestIds"] == []
+    assert panels.STATS["resync_repaired"] == repaired + 2
+    assert "resync repaired a lost push: 1 question(s) missing" in caplog.text
+    assert "0 question(s) missing, 1 stale" in caplog.text
+    await comm.disconnect(timeout=10)
+
+
+async def test_b17_a_panel_that_reconnects_learns_what_was_answered_meanwhile(panel_user):
+    """B17: the client vanishes without a close frame, its question is answered elsewhere
+    within 100 ms, it reconnects: the snapshot no longer lists it, and an answer it still
+    sends is rejected."""
+    from channels.layers import get_channel_layer
+
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    group = panels.group_for(bot, REQUESTER)
+    if not hasattr(layer, "groups"):  # Redis outlives test databases: start from an empty group
+        await layer.connection(layer.consistent_hash(group)).delete(layer._group_key(group))
+    comm = await connected(raw)
+    await receive(comm)
+    ask = await db(register)(bot)
+    await receive(comm)
+    await comm.disconnect(code=1006, timeout=10)  # dropped; the server runs disconnect()
+    outcome = await db(asks.submit_answers)(
+        bot, ask.public_id, ANSWERS, via="card", operator_open_id=REQUESTER
+    )
+    assert outcome.won
+    again = await connected(raw)
+    envelope = await receive(again)
+    assert envelope["type"] == "snapshot" and envelope["requestIds"] == []
+    await again.send_json_to(result(ask.public_id))
+    rejected = await receive(again)
+    assert rejected["type"] == "ask_user_questions_rejected" and rejected["code"] == "finished"
+    await again.disconnect(timeout=10)
+    # Dead channels leave the group: a push now reaches nobody and raises nothing.
+    if hasattr(layer, "groups"):  # in-memory
+        assert not layer.groups.get(group)
+    else:  # Redis: the group's sorted set of channel names is empty
+        index = layer.consistent_hash(group)
+        assert await layer.connection(index).zcard(layer._group_key(group)) == 0
+    assert await db(PanelPresence.objects.count)() == 0
+
+
+async def test_b17_stress_20_reconnecting_panels_while_200_asks_are_answered_elsewhere(
+    panel_user,
+):
+    bot, raw, _token = panel_user
+    keeper = await connected(raw)  # keeps the user "connected" so asks can be registered
+    await receive(keeper)
+    made = await db(lambda: [register(bot, f"s{i}") for i in range(200)])()
+    ids = [a.public_id for a in made]
+    answered: set[str] = set()
+
+    async def answer_all():
+        for i, request_id in enumerate(ids):
+            if i % 2 == 0:  # half answered through the card, half through the API
+                via = "card" if i % 4 == 0 else "api"
+                out = await db(asks.submit_answers)(
+                    bot, request_id, ANSWERS, via=via, operator_open_id=REQUESTER
+                )
+                assert out.won
+                answered.add(request_id)
+            await asyncio.sleep(0)
+
+    async def flap(n):
+        for _ in range(5):
+            comm = await connected(raw)
+            await receive(comm, timeout=30)  # snapshot envelope
+            await comm.disconnect(code=1006, timeout=10)
+        return n
+
+    await asyncio.gather(answer_all(), *(flap(n) for n in range(20)))
+    # Every client that connects now sees exactly the unanswered ones.
+    finals = [await connected(raw) for _ in range(20)]
+    expected = [r for r in ids if r not in answered]
+    for comm in finals:
+        envelope = await receive(comm, timeout=30)
+        assert envelope["requestIds"] == expected
+    for comm in [*finals, keeper]:
+        await comm.disconnect(timeout=10)
+    assert await db(PanelPresence.objects.count)() == 0
+    from django.db import connections
+
+    await db(connections.close_all)()  # the executor thread's connection (PostgreSQL drops the DB)

@@ -1,0 +1,189 @@
+"""`/ws/panel/` through the real ASGI application (origin check, session middleware, routing)
+with Channels' WebsocketCommunicator: authentication, presence, push, malformed frames."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+
+from botadmin import services
+from interactions import panels
+from interactions.models import PanelPresence
+from interactions.tests.panel_helpers import communicator, receive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def no_asks(monkeypatch):
+    """No open asks (the asks module is exercised in test_panel_asks)."""
+    monkeypatch.setattr(panels, "open_messages", lambda user: [])
+
+
+@pytest.fixture
+def token(make_bot):
+    bot = make_bot(app_id="cli_panel")
+    raw, row = services.issue_desktop_token("test", bot, "ou_alice", "test")
+    return raw, row
+
+
+async def test_missing_or_wrong_token_gets_an_error_frame_and_close_4401(token, no_asks):
+    for kwargs in ({}, {"raw": "cdt_nope_nope"}, {"raw": token[0] + "x"}):
+        comm = communicator(**kwargs)
+        connected, _ = await comm.connect()
+        assert connected
+        assert await receive(comm) == {
+            "type": "error",
+            "error": "invalid_token",
+            "detail": "A valid desktop token is required.",
+        }
+        assert (await comm.receive_output(5))["code"] == panels.CLOSE_INVALID_TOKEN
+    assert await database_sync_to_async(PanelPresence.objects.count)() == 0
+
+
+async def test_revoked_token_cannot_connect(token, no_asks):
+    raw, row = token
+    await database_sync_to_async(services.revoke_desktop_token)("test", row)
+    comm = communicator(raw=raw)
+    await comm.connect()
+    assert (await receive(comm))["error"] == "invalid_token"
+
+
+async def test_header_token_connects_registers_presence_and_disconnect_clears_it(token, no_asks):
+    raw, row = token
+    bot = row.bot
+    assert not await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
+    comm = communicator(raw=raw)
+    connected, _ = await comm.connect()
+    assert connected
+    snapshot = await receive(comm)
+    assert snapshot["type"] == "snapshot" and snapshot["requestIds"] == []
+    assert await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
+    assert not await database_sync_to_async(panels.is_connected)(bot, "ou_bob")
+    presence = await database_sync_to_async(PanelPresence.objects.get)()
+    assert presence.via == "desktop" and presence.server == panels.SERVER_ID
+    await comm.disconnect(timeout=10)
+    assert not await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
+    assert await database_sync_to_async(PanelPresence.objects.count)() == 0
+
+
+async def test_subprotocol_token_is_accepted_and_the_panel_subprotocol_selected(token, no_asks):
+    comm = communicator(subprotocols=[panels.SUBPROTOCOL, token[0]])
+    connected, subprotocol = await comm.connect()
+    assert connected and subprotocol == panels.SUBPROTOCOL
+    assert (await receive(comm))["type"] == "snapshot"
+    await comm.disconnect(timeout=10)
+
+
+async def test_push_reaches_every_panel_of_the_user_and_no_one_else(token, make_bot, no_asks):
+    raw, row = token
+    other_raw, _other = await database_sync_to_async(services.issue_desktop_token)(
+        "test", row.bot, "ou_bob"
+    )
+    first, second, bob = communicator(raw=raw), communicator(raw=raw), communicator(raw=other_raw)
+    for comm in (first, second, bob):
+        await comm.connect()
+        assert (await receive(comm))["type"] == "snapshot"
+    message = {"type": "ask_user_questions_cancelled", "requestId": "ask_1", "reason": "timeout"}
+    # From a plain thread, as a Feishu callback handler or an on_commit hook calls it.
+    await database_sync_to_async(panels.push)(row.bot, "ou_alice", message)
+    assert await receive(first) == message
+    assert await receive(second) == message
+    assert await bob.receive_nothing(0.3)
+    for comm in (first, second, bob):
+        await comm.disconnect(timeout=10)
+
+
+async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token, no_asks):
+    comm = communicator(raw=token[0])
+    await comm.connect()
+    await receive(comm)
+    cases = [
+        ("{not json", "malformed_json"),
+        ("[1, 2]", "invalid_message"),
+        (json.dumps({"type": "launch_rockets"}), "unknown_type"),
+        (json.dumps({"type": "ask_user_questions_result"}), "invalid_message"),
+        (
+            json.dumps(
+                {
+                    "type": "ask_user_questions_result",
+                    "requestId": "ask_1",
+                    "answers": [{"question": 1, "selectedLabels": "A", "customInput": 3}],
+                }
+            ),
+            "invalid_message",
+        ),
+        ("x" * (panels.MAX_FRAME + 1), "too_large"),
+    ]
+    for frame, code in cases:
+        await comm.send_to(text_data=frame)
+        reply = await receive(comm)
+        assert reply["type"] == "error" and reply["error"] == code, (frame[:40], reply)
+    await comm.send_to(bytes_data=b"\x00\x01")
+    assert (await receive(comm))["error"] == "binary_frame"
+    bad = await comm.send_to(
+        text_data=json.dumps(
+            {"type": "ask_user_questions_result", "requestId": "a", "answers": [{"question": 1}]}
+        )
+    )
+    assert bad is None
+    detail = (await receive(comm))["detail"]
+    assert detail == {"answers[0].question": "a string is required"}
+    await comm.send_to(text_data=json.dumps({"type": "ping"}))
+    assert await receive(comm) == {"type": "pong"}
+    await comm.disconnect(timeout=10)
+
+
+async def test_web_session_authenticates_only_with_a_browser_origin(token, no_asks, client):
+    raw, _row = token
+    await database_sync_to_async(client.post)("/panel/login", {"token": raw})
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    browser = communicator(headers=[(b"cookie", cookie), (b"origin", b"http://testserver")])
+    await browser.connect()
+    assert (await receive(browser))["type"] == "snapshot"
+    presence = await database_sync_to_async(PanelPresence.objects.get)()
+    assert presence.via == "web"
+    await browser.disconnect(timeout=10)
+    # Without an Origin the cookie does not count (only browsers send cookies implicitly).
+    no_origin = communicator(headers=[(b"cookie", cookie)])
+    await no_origin.connect()
+    assert (await receive(no_origin))["error"] == "invalid_token"
+    # Another site's page is refused at the handshake.
+    foreign = communicator(headers=[(b"cookie", cookie), (b"origin", b"http://evil.example")])
+    connected, _ = await foreign.connect()
+    assert not connected
+
+
+async def test_a_failing_answer_gets_an_internal_error_frame_and_the_panel_stays_open(
+    token, no_asks, monkeypatch
+):
+    def broken(user, message):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(panels, "submit", broken)
+    comm = communicator(raw=token[0])
+    await comm.connect()
+    await receive(comm)
+    await comm.send_json_to({"type": "ask_user_questions_result", "requestId": "a", "answers": []})
+    assert (await receive(comm))["error"] == "internal_error"
+    await comm.send_json_to({"type": "ping"})
+    assert await receive(comm) == {"type": "pong"}
+    await comm.disconnect(timeout=10)
+
+
+async def test_a_failing_group_discard_still_removes_the_presence(token, no_asks, monkeypatch):
+    """A layer error while leaving the group (channels-redis: pool exhausted when many panels
+    close at once) is logged; the presence row goes anyway, the group entry expires."""
+    from channels.layers import get_channel_layer
+
+    async def broken(group, channel):
+        raise ConnectionError("Too many connections")
+
+    comm = communicator(raw=token[0])
+    await comm.connect()
+    await receive(comm)
+    monkeypatch.setattr(get_channel_layer(), "group_discard", broken)
+    await comm.disconnect(timeout=10)
+    assert await database_sync_to_async(PanelPresence.objects.count)() == 0
