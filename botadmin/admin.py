@@ -15,7 +15,7 @@ from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from botadmin import services
@@ -447,7 +447,9 @@ class ChatPolicyAdmin(admin.ModelAdmin):
 # ---------------------------------------------------------------------------------------------
 
 
-class KeyStatusFilter(admin.SimpleListFilter):
+class TokenStatusFilter(admin.SimpleListFilter):
+    """Active / revoked, for every kind of `HashedToken`."""
+
     title = _("status")
     parameter_name = "status"
 
@@ -462,97 +464,141 @@ class KeyStatusFilter(admin.SimpleListFilter):
         return queryset
 
 
-@admin.register(BotApiKey)
-class BotApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "bot", "label", "status", "created_at", "last_used_at", "created_by"]
-    list_filter = [KeyStatusFilter, "bot", "created_at"]
-    search_fields = ["label", "lookup", "bot__name", "bot__app_id"]
+class HashedTokenAdmin(admin.ModelAdmin):
+    """Admin of one kind of `HashedToken` (bot API keys here, desktop tokens in interactions).
+
+    A token is issued and revoked only through its audited service function; the raw value is
+    shown once, on an uncached page after "Save" (`issued_template`), and never again (only its
+    hash is stored). Every field is read-only after issue, and rows are revoked, never deleted,
+    so the audit trail keeps them.
+
+    Subclasses set `issue_form`, `issue_fields`, `detail_fields`, `issued_template`,
+    `issued_title`, `revoked_message` (`%(token)s`), `revoked_count_message`
+    (`ngettext_lazy(…, "n")`) and implement `issue(request, obj) -> (raw, token)`,
+    `revoke(request, token)`, `token_prefix(token) -> str` and, for the template,
+    `issued_context(request, raw, token) -> dict`.
+    """
+
+    list_filter = [TokenStatusFilter, "bot", "created_at"]
     list_select_related = ["bot", "created_by"]
     autocomplete_fields = ["bot"]
     actions = ["revoke_selected"]
-    change_form_template = "admin/botadmin/botapikey/change_form.html"
+    issue_form = None
+    issue_fields: list[str] = []
+    detail_fields: list[str] = []
+    issued_template = ""
+    issued_title = ""
+    revoked_message = ""
+    revoked_count_message = ""
+    #: Fields the service fills in that the admin's unsaved `obj` must take over.
+    issued_copy_fields = ("pk", "lookup", "token_hash", "created_at", "created_by_id")
+
+    def issue(self, request, obj):
+        raise NotImplementedError
+
+    def revoke(self, request, token) -> None:
+        raise NotImplementedError
+
+    def token_prefix(self, token) -> str:
+        raise NotImplementedError
+
+    def issued_context(self, request, raw, token) -> dict:
+        return {}
 
     def get_form(self, request, obj=None, **kwargs):
         if obj is None:
-            kwargs["form"] = ApiKeyIssueForm
+            kwargs["form"] = self.issue_form
         return super().get_form(request, obj, **kwargs)
 
     def get_fields(self, request, obj=None):
-        if obj is None:
-            return ["bot", "label"]
-        return ["prefix", "bot", "label", "status", "created_at", "created_by", "last_used_at"]
+        return list(self.issue_fields if obj is None else self.detail_fields)
 
     def get_readonly_fields(self, request, obj=None):
-        if obj is None:
-            return []
-        return self.get_fields(request, obj)
+        return [] if obj is None else self.get_fields(request, obj)
 
     def has_delete_permission(self, request, obj=None):
         return False  # revoke instead: the row stays for the audit trail
 
-    @admin.display(description=_("key"), ordering="lookup")
-    def prefix(self, obj):
-        return services.key_prefix(obj) if obj.lookup else "—"
-
     @admin.display(description=_("status"), ordering="revoked_at")
     def status(self, obj):
-        if obj.revoked_at is None:
-            return gettext("active")
-        return gettext("revoked")
+        return gettext("active") if obj.revoked_at is None else gettext("revoked")
 
     def save_model(self, request, obj, form, change):
         if change:
             return  # every field is read-only after issue; revoking is its own action
-        raw, key = services.issue_api_key(request.user, obj.bot, obj.label)
-        for name in ("pk", "lookup", "token_hash", "created_at", "created_by_id"):
-            setattr(obj, name, getattr(key, name))
+        raw, token = self.issue(request, obj)
+        for name in self.issued_copy_fields:
+            setattr(obj, name, getattr(token, name))
         obj._state.adding = False
-        request._cardloop_issued_keys = [(raw, key)]
+        request._cardloop_issued = (raw, token)
 
     def response_add(self, request, obj, post_url_continue=None):
-        issued = getattr(request, "_cardloop_issued_keys", None)
+        issued = getattr(request, "_cardloop_issued", None)
         if not issued:
             return super().response_add(request, obj, post_url_continue)
-        return self._issued_page(request, issued)
-
-    def _issued_page(self, request, issued):
-        """The only page that ever shows a raw key; not cached by the browser."""
+        raw, token = issued
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": gettext("API key issued"),
-            "issued": [
-                {"raw": raw, "key": key, "prefix": services.key_prefix(key)} for raw, key in issued
-            ],
-            "changelist_url": reverse("admin:botadmin_botapikey_changelist"),
+            "title": self.issued_title,
+            "changelist_url": reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist"
+            ),
+            **self.issued_context(request, raw, token),
         }
-        response = TemplateResponse(request, "admin/botadmin/botapikey/issued.html", context)
+        # The only page that ever shows a raw token: never cached by the browser.
+        response = TemplateResponse(request, self.issued_template, context)
         response["Cache-Control"] = "no-store"
         return response
 
     def response_change(self, request, obj):
         if "_revoke" in request.POST:
-            services.revoke_api_key(request.user, obj)
+            self.revoke(request, obj)
             self.message_user(
                 request,
-                gettext("Key %(key)s revoked; it no longer authenticates.")
-                % {"key": services.key_prefix(obj)},
+                self.revoked_message % {"token": self.token_prefix(obj)},
                 messages.SUCCESS,
             )
             return super().response_post_save_change(request, obj)
         return super().response_change(request, obj)
 
-    @admin.action(description=_("Revoke selected keys"))
+    @admin.action(description=_("Revoke selected %(verbose_name_plural)s"))
     def revoke_selected(self, request, queryset):
         count = 0
-        for key in queryset.filter(revoked_at__isnull=True):
-            services.revoke_api_key(request.user, key)
+        for token in queryset.filter(revoked_at__isnull=True):
+            self.revoke(request, token)
             count += 1
-        self.message_user(
-            request,
-            ngettext("%(n)d key revoked.", "%(n)d keys revoked.", count) % {"n": count},
-            messages.SUCCESS,
-        )
+        self.message_user(request, self.revoked_count_message % {"n": count}, messages.SUCCESS)
+
+
+@admin.register(BotApiKey)
+class BotApiKeyAdmin(HashedTokenAdmin):
+    list_display = ["prefix", "bot", "label", "status", "created_at", "last_used_at", "created_by"]
+    search_fields = ["label", "lookup", "bot__name", "bot__app_id"]
+    change_form_template = "admin/botadmin/botapikey/change_form.html"
+    issue_form = ApiKeyIssueForm
+    issue_fields = ["bot", "label"]
+    detail_fields = ["prefix", "bot", "label", "status", "created_at", "created_by", "last_used_at"]
+    issued_template = "admin/botadmin/botapikey/issued.html"
+    issued_title = _("API key issued")
+    revoked_message = _("Key %(token)s revoked; it no longer authenticates.")
+    revoked_count_message = ngettext_lazy("%(n)d key revoked.", "%(n)d keys revoked.", "n")
+
+    @admin.display(description=_("key"), ordering="lookup")
+    def prefix(self, obj):
+        return services.key_prefix(obj) if obj.lookup else "—"
+
+    def token_prefix(self, token) -> str:
+        return services.key_prefix(token)
+
+    def issue(self, request, obj):
+        return services.issue_api_key(request.user, obj.bot, obj.label)
+
+    def revoke(self, request, token) -> None:
+        services.revoke_api_key(request.user, token)
+
+    def issued_context(self, request, raw, token) -> dict:
+        return {"issued": [{"raw": raw, "key": token, "prefix": services.key_prefix(token)}]}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,15 +8,15 @@ Tokens are issued and revoked only through `botadmin.services.issue_desktop_toke
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count, Q
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext_lazy
 
 from botadmin import services
+from botadmin.admin import HashedTokenAdmin
 from botadmin.models import DesktopToken
 from interactions import panels
 from interactions.models import PanelPresence
@@ -40,23 +40,8 @@ class DesktopTokenIssueForm(forms.ModelForm):
         return value
 
 
-class TokenStatusFilter(admin.SimpleListFilter):
-    title = _("status")
-    parameter_name = "status"
-
-    def lookups(self, request, model_admin):
-        return [("active", _("active")), ("revoked", _("revoked"))]
-
-    def queryset(self, request, queryset):
-        if self.value() == "active":
-            return queryset.filter(revoked_at__isnull=True)
-        if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
-        return queryset
-
-
 @admin.register(DesktopToken)
-class DesktopTokenAdmin(admin.ModelAdmin):
+class DesktopTokenAdmin(HashedTokenAdmin):
     list_display = [
         "prefix",
         "bot",
@@ -68,47 +53,48 @@ class DesktopTokenAdmin(admin.ModelAdmin):
         "last_used_at",
         "created_by",
     ]
-    list_filter = [TokenStatusFilter, "bot", "created_at"]
     search_fields = ["label", "lookup", "open_id", "bot__name", "bot__app_id"]
-    list_select_related = ["bot", "created_by"]
-    autocomplete_fields = ["bot"]
-    actions = ["revoke_selected"]
     change_form_template = "admin/botadmin/desktoptoken/change_form.html"
-
-    def get_form(self, request, obj=None, **kwargs):
-        if obj is None:
-            kwargs["form"] = DesktopTokenIssueForm
-        return super().get_form(request, obj, **kwargs)
-
-    def get_fields(self, request, obj=None):
-        if obj is None:
-            return ["bot", "open_id", "label"]
-        return [
-            "prefix",
-            "bot",
-            "open_id",
-            "label",
-            "status",
-            "connected",
-            "created_at",
-            "created_by",
-            "last_used_at",
-            "revoked_at",
-        ]
-
-    def get_readonly_fields(self, request, obj=None):
-        return [] if obj is None else self.get_fields(request, obj)
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # revoke instead: the row stays for the audit trail
+    issue_form = DesktopTokenIssueForm
+    issue_fields = ["bot", "open_id", "label"]
+    detail_fields = [
+        "prefix",
+        "bot",
+        "open_id",
+        "label",
+        "status",
+        "connected",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+    ]
+    issued_template = "admin/botadmin/desktoptoken/issued.html"
+    issued_title = _("Desktop token issued")
+    issued_copy_fields = (*HashedTokenAdmin.issued_copy_fields, "open_id")
+    revoked_message = _("Token %(token)s revoked; it no longer connects.")
+    revoked_count_message = ngettext_lazy("%(n)d token revoked.", "%(n)d tokens revoked.", "n")
 
     @admin.display(description=_("token"), ordering="lookup")
     def prefix(self, obj):
         return services.desktop_token_prefix(obj) if obj.lookup else "—"
 
-    @admin.display(description=_("status"), ordering="revoked_at")
-    def status(self, obj):
-        return gettext("active") if obj.revoked_at is None else gettext("revoked")
+    def token_prefix(self, token) -> str:
+        return services.desktop_token_prefix(token)
+
+    def issue(self, request, obj):
+        return services.issue_desktop_token(request.user, obj.bot, obj.open_id, obj.label)
+
+    def revoke(self, request, token) -> None:
+        services.revoke_desktop_token(request.user, token)
+
+    def issued_context(self, request, raw, token) -> dict:
+        return {
+            "raw": raw,
+            "token": token,
+            "prefix": services.desktop_token_prefix(token),
+            "panel_url": request.build_absolute_uri(reverse("panel")),
+        }
 
     def get_queryset(self, request):
         since = timezone.now() - panels.presence_ttl()
@@ -121,58 +107,6 @@ class DesktopTokenAdmin(admin.ModelAdmin):
     @admin.display(description=_("live panels"), ordering="live_panels")
     def connected(self, obj):
         return obj.live_panels
-
-    def save_model(self, request, obj, form, change):
-        if change:
-            return  # every field is read-only after issue; revoking is its own action
-        raw, token = services.issue_desktop_token(request.user, obj.bot, obj.open_id, obj.label)
-        for name in ("pk", "lookup", "token_hash", "created_at", "created_by_id", "open_id"):
-            setattr(obj, name, getattr(token, name))
-        obj._state.adding = False
-        request._cardloop_issued_token = (raw, token)
-
-    def response_add(self, request, obj, post_url_continue=None):
-        issued = getattr(request, "_cardloop_issued_token", None)
-        if not issued:
-            return super().response_add(request, obj, post_url_continue)
-        raw, token = issued
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": gettext("Desktop token issued"),
-            "raw": raw,
-            "token": token,
-            "prefix": services.desktop_token_prefix(token),
-            "panel_url": request.build_absolute_uri(reverse("panel")),
-            "changelist_url": reverse("admin:botadmin_desktoptoken_changelist"),
-        }
-        response = TemplateResponse(request, "admin/botadmin/desktoptoken/issued.html", context)
-        response["Cache-Control"] = "no-store"
-        return response
-
-    def response_change(self, request, obj):
-        if "_revoke" in request.POST:
-            services.revoke_desktop_token(request.user, obj)
-            self.message_user(
-                request,
-                gettext("Token %(token)s revoked; it no longer connects.")
-                % {"token": services.desktop_token_prefix(obj)},
-                messages.SUCCESS,
-            )
-            return super().response_post_save_change(request, obj)
-        return super().response_change(request, obj)
-
-    @admin.action(description=_("Revoke selected tokens"))
-    def revoke_selected(self, request, queryset):
-        count = 0
-        for token in queryset.filter(revoked_at__isnull=True):
-            services.revoke_desktop_token(request.user, token)
-            count += 1
-        self.message_user(
-            request,
-            ngettext("%(n)d token revoked.", "%(n)d tokens revoked.", count) % {"n": count},
-            messages.SUCCESS,
-        )
 
 
 class LiveFilter(admin.SimpleListFilter):

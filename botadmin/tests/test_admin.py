@@ -434,6 +434,26 @@ def test_api_keys_are_revoked_with_the_list_action(staff, bot):
     assert AuditEntry.objects.filter(action="apikey.revoked").count() == 2
 
 
+@pytest.mark.parametrize(
+    ("language", "names"),
+    [
+        ("en", ["Revoke selected bot API keys", "Revoke selected desktop tokens"]),
+        ("zh-hans", ["吊销所选机器人 API 密钥", "吊销所选桌面令牌"]),
+    ],
+)
+def test_revoke_action_is_named_after_each_token_kind_in_both_languages(
+    staff, bot, language, names
+):
+    services.issue_api_key(None, bot)
+    services.issue_desktop_token(None, bot, "ou_panel_user", "laptop")
+    pages = [
+        staff.get(reverse(f"admin:botadmin_{model}_changelist"), HTTP_ACCEPT_LANGUAGE=language)
+        for model in ("botapikey", "desktoptoken")
+    ]
+    for page, name in zip(pages, names, strict=True):
+        assert name in page.content.decode()
+
+
 def test_api_keys_cannot_be_deleted(staff, bot):
     _raw, key = services.issue_api_key(None, bot)
     assert staff.get(reverse("admin:botadmin_botapikey_delete", args=[key.pk])).status_code == 403
