@@ -121,8 +121,22 @@ if IS_SQLITE:
     # Tests use a file (not :memory:) so several threads and processes see the same data.
     _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_cardloop.sqlite3")
 else:
-    _db.setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
-    _db.setdefault("CONN_HEALTH_CHECKS", True)
+    # Under Daphne/ASGI every request runs in a thread of its own, so persistent connections
+    # (CONN_MAX_AGE > 0) pile up one per thread until PostgreSQL refuses clients ("too many
+    # clients already"); Django's docs: disable them under ASGI and use the backend's pooling.
+    # Each process gets one psycopg_pool of at most DATABASE_POOL_MAX_SIZE connections; a
+    # thread's connection goes back to the pool when Django closes it (end of a request, a
+    # callback handler, a worker tick). A thread that finds the pool empty waits in line
+    # (FIFO) for up to DATABASE_POOL_TIMEOUT seconds, then gets OperationalError.
+    # DATABASE_POOL=false (e.g. behind PgBouncer) connects per use instead.
+    _db["CONN_MAX_AGE"] = 0
+    _db.setdefault("CONN_HEALTH_CHECKS", True)  # with the pool: checked when taken from it
+    if env.bool("DATABASE_POOL", default=True):
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=2),
+            "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=16),
+            "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+        }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
