@@ -102,8 +102,10 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'cardloop.sqlite3'}")
 }
 _db = DATABASES["default"]
-IS_SQLITE = _db["ENGINE"] == "django.db.backends.sqlite3"
+IS_SQLITE = _db["ENGINE"] in ("django.db.backends.sqlite3", "botadmin.db.sqlite3")
 if IS_SQLITE:
+    # Django's backend, plus a fair process-wide queue for write transactions (botadmin.db).
+    _db["ENGINE"] = "botadmin.db.sqlite3"
     _db.setdefault("OPTIONS", {}).update(
         {
             # Writers wait for each other instead of failing with "database is locked", and a

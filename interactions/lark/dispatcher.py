@@ -70,7 +70,8 @@ def _toast(type_: str, message) -> dict[str, Any]:
 
 def run_isolated(fn, *args):
     """Run `fn(*args)` in this pool thread with its own database connection, closed after
-    (on PostgreSQL: given back to the process's connection pool, `DATABASE_POOL_*`)."""
+    (on PostgreSQL: given back to the process's connection pool, `DATABASE_POOL_*`; a handler
+    thread must not keep one, or 32 threads could hold more than the pool has)."""
     try:
         return fn(*args)
     finally:
