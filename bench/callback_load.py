@@ -125,17 +125,16 @@ def main() -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-seconds", type=float, default=60.0, help="per level and kind")
     parser.add_argument(
-        "--conn-max-age",
-        default="0",
-        help="DATABASE_CONN_MAX_AGE of the server (default 0: under Daphne every request runs "
-        "in a thread of its own, and kept connections pile up until PostgreSQL refuses more)",
+        "--pool-max-size",
+        default=os.environ.get("DATABASE_POOL_MAX_SIZE", "16"),
+        help="PostgreSQL: DATABASE_POOL_MAX_SIZE of the server process (default 16)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cardloop-callback-bench-")
     env = configure(tmp)
-    server_env = {**env, "DATABASE_CONN_MAX_AGE": str(args.conn_max_age)}
+    server_env = {**env, "DATABASE_POOL_MAX_SIZE": str(args.pool_max_size)}
 
     import django
 
@@ -315,7 +314,7 @@ def main() -> None:
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
     )
     print(
-        f"database: {conn.vendor} (server CONN_MAX_AGE={args.conn_max_age}); "
+        f"database: {conn.vendor} (server pool max size {args.pool_max_size}); "
         f"revisions written {written} for {sent_clicks} clicks; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )

@@ -102,8 +102,10 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'cardloop.sqlite3'}")
 }
 _db = DATABASES["default"]
-IS_SQLITE = _db["ENGINE"] == "django.db.backends.sqlite3"
+IS_SQLITE = _db["ENGINE"] in ("django.db.backends.sqlite3", "botadmin.db.sqlite3")
 if IS_SQLITE:
+    # Django's backend, plus a fair process-wide queue for write transactions (botadmin.db).
+    _db["ENGINE"] = "botadmin.db.sqlite3"
     _db.setdefault("OPTIONS", {}).update(
         {
             # Writers wait for each other instead of failing with "database is locked", and a
@@ -121,8 +123,22 @@ if IS_SQLITE:
     # Tests use a file (not :memory:) so several threads and processes see the same data.
     _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_cardloop.sqlite3")
 else:
-    _db.setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
-    _db.setdefault("CONN_HEALTH_CHECKS", True)
+    # Under Daphne/ASGI every request runs in a thread of its own, so persistent connections
+    # (CONN_MAX_AGE > 0) pile up one per thread until PostgreSQL refuses clients ("too many
+    # clients already"); Django's docs: disable them under ASGI and use the backend's pooling.
+    # Each process gets one psycopg_pool of at most DATABASE_POOL_MAX_SIZE connections; a
+    # thread's connection goes back to the pool when Django closes it (end of a request, a
+    # callback handler, a worker tick). A thread that finds the pool empty waits in line
+    # (FIFO) for up to DATABASE_POOL_TIMEOUT seconds, then gets OperationalError.
+    # DATABASE_POOL=false (e.g. behind PgBouncer) connects per use instead.
+    _db["CONN_MAX_AGE"] = 0
+    _db.setdefault("CONN_HEALTH_CHECKS", True)  # with the pool: checked when taken from it
+    if env.bool("DATABASE_POOL", default=True):
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=2),
+            "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=16),
+            "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+        }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

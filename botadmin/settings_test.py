@@ -14,7 +14,5 @@ from botadmin.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
-# Requests served in other threads (threaded tests, ASGI executors, the live server) must not
-# keep their database sessions open after the request, or PostgreSQL refuses to drop the test
-# database at the end of the run.
-DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+# PostgreSQL runs with the same connection pool as production (CONN_MAX_AGE 0; Django closes
+# the pool before it drops the test database).

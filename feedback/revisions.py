@@ -18,8 +18,8 @@ serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
    up there, never taken from the client;
 4. `callback_key` = sha256 of (delivery, operator, kind, key, reason, comment, rev): a repeat
    of the same click on the same card state (a second event_id, a concurrent double click)
-   finds the stored revision and answers exactly as the first one did; the unique column
-   makes a racing insert fail and read the winner (B06);
+   finds the stored revision and answers exactly as the first one did (B06); racing clicks
+   queue on the delivery's row lock, so the later one finds the first one's revision;
 5. stale-click guard: `rev` must be the delivery's current revision id ("" before any): a
    click made on an older card state gets a toast and a repaint, no write;
 6. an unchanged choice writes nothing; with `allow_reselect` off an operator's first choice
@@ -44,7 +44,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
+from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -179,12 +180,18 @@ def _in_audience(delivery: Delivery, snapshot: dict[str, Any], operator: str, ch
     return operator in allowed
 
 
-def _latest(delivery: Delivery, operator: str) -> Revision | None:
-    return (
-        Revision.objects.filter(delivery=delivery, operator_open_id=operator)
-        .order_by("-revision")
-        .first()
-    )
+def _known_and_latest(
+    delivery: Delivery, operator: str, key: str
+) -> tuple[Revision | None, Revision | None]:
+    """`(revision with callback key `key`, operator's latest revision)` on `delivery`, in one
+    query of at most two rows. A revision with `key` can only belong to this delivery and
+    operator: both are part of the key."""
+    chain = Revision.objects.filter(delivery=delivery, operator_open_id=operator)
+    latest_pk = chain.order_by("-revision").values("pk")[:1]
+    rows = list(chain.filter(Q(callback_key=key) | Q(pk=Subquery(latest_pk))))
+    known = next((r for r in rows if r.callback_key == key), None)
+    latest = max(rows, key=lambda r: r.revision, default=None)
+    return known, latest
 
 
 def _current_rev(delivery: Delivery) -> str:
@@ -224,32 +231,28 @@ def _append(
     comment: str,
     key: str,
     previous: Revision | None,
-) -> tuple[Revision, bool]:
-    """Insert revision n+1 of `operator`'s chain; `(revision, True)`, or the revision that
-    won a race for the same callback key `(winner, False)`. Raises IntegrityError when another
-    revision took the chain position (a different concurrent click)."""
-    try:
-        with transaction.atomic():
-            revision = Revision.objects.create(
-                revision_id=f"fb_{uuid.uuid4().hex}",
-                delivery=delivery,
-                operator_open_id=operator,
-                revision=(previous.revision + 1) if previous else 1,
-                verdict_key=verdict_key,
-                semantic=semantic,
-                reason_key=reason_key,
-                comment=comment,
-                callback_key=key,
-                supersedes=previous,
-                source=Revision.Source.CARD,
-                created_at=timezone.now(),
-            )
-    except IntegrityError:
-        winner = Revision.objects.filter(callback_key=key).first()
-        if winner is None:
-            raise
-        return winner, False
-    return revision, True
+) -> Revision:
+    """Insert revision n+1 of `operator`'s chain (caller's transaction, delivery row locked).
+
+    No savepoint: every writer of a delivery's revisions holds its row lock (`_find`, SELECT …
+    FOR UPDATE; SQLite has one writer anyway) and has already looked up the callback key and
+    the chain under it, so the unique columns (`callback_key`; delivery, operator, revision)
+    cannot be taken by a concurrent click. If they were, IntegrityError rolls the whole click
+    back and the dispatcher answers an error toast — nothing half-written."""
+    return Revision.objects.create(
+        revision_id=f"fb_{uuid.uuid4().hex}",
+        delivery=delivery,
+        operator_open_id=operator,
+        revision=(previous.revision + 1) if previous else 1,
+        verdict_key=verdict_key,
+        semantic=semantic,
+        reason_key=reason_key,
+        comment=comment,
+        callback_key=key,
+        supersedes=previous,
+        source=Revision.Source.CARD,
+        created_at=timezone.now(),
+    )
 
 
 def _move_forward(delivery: Delivery, revision: Revision) -> None:
@@ -313,7 +316,7 @@ def record_choice(
             return Outcome(UNKNOWN_KEY, _("This option is no longer available."))
         rev = rev if isinstance(rev, str) else ""
         key = callback_key(delivery_id, operator_open_id, "feedback", key=verdict_key, rev=rev)
-        known = Revision.objects.filter(callback_key=key).first()
+        known, previous = _known_and_latest(delivery, operator_open_id, key)
         if known is not None:
             return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
         if rev != _current_rev(delivery):
@@ -321,7 +324,6 @@ def record_choice(
             return Outcome(
                 STALE, _("This card was out of date; it has been refreshed. Please choose again.")
             )
-        previous = _latest(delivery, operator_open_id)
         if previous is not None and previous.verdict_key == verdict_key:
             return Outcome(
                 UNCHANGED,
@@ -341,24 +343,16 @@ def record_choice(
                 ),
                 previous,
             )
-        try:
-            revision, created = _append(
-                delivery,
-                operator_open_id,
-                verdict_key=verdict_key,
-                semantic=button["semantic"],
-                reason_key="",
-                comment="",
-                key=key,
-                previous=previous,
-            )
-        except IntegrityError:
-            repaint(delivery)
-            return Outcome(
-                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
-            )
-        if not created:
-            return Outcome(DUPLICATE, _recorded_message(snapshot, revision), revision)
+        revision = _append(
+            delivery,
+            operator_open_id,
+            verdict_key=verdict_key,
+            semantic=button["semantic"],
+            reason_key="",
+            comment="",
+            key=key,
+            previous=previous,
+        )
         _move_forward(delivery, revision)
         log.info(
             "delivery %s: revision %s (%s, #%d)",
@@ -426,7 +420,7 @@ def record_details(
             comment=comment,
             rev=rev,
         )
-        known = Revision.objects.filter(callback_key=key).first()
+        known, previous = _known_and_latest(delivery, operator_open_id, key)
         if known is not None:
             return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
         if rev != _current_rev(delivery):
@@ -434,29 +428,20 @@ def record_details(
             return Outcome(
                 STALE, _("This card was out of date; it has been refreshed. Please choose again.")
             )
-        previous = _latest(delivery, operator_open_id)
         if previous is None or previous.semantic != "negative":
             return Outcome(NOT_NEGATIVE, _("Choose a negative verdict before adding details."))
         if previous.reason_key == reason and previous.comment == comment:
             return Outcome(UNCHANGED, _("Nothing changed."), previous)
-        try:
-            revision, created = _append(
-                delivery,
-                operator_open_id,
-                verdict_key=previous.verdict_key,
-                semantic=previous.semantic,
-                reason_key=reason,
-                comment=comment,
-                key=key,
-                previous=previous,
-            )
-        except IntegrityError:
-            repaint(delivery)
-            return Outcome(
-                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
-            )
-        if not created:
-            return Outcome(DUPLICATE, _recorded_message(snapshot, revision), revision)
+        revision = _append(
+            delivery,
+            operator_open_id,
+            verdict_key=previous.verdict_key,
+            semantic=previous.semantic,
+            reason_key=reason,
+            comment=comment,
+            key=key,
+            previous=previous,
+        )
         _move_forward(delivery, revision)
         log.info(
             "delivery %s: revision %s with details (#%d)",

@@ -15,8 +15,8 @@ dispatcher runs every card-action handler inside `holding(hold)`; updates enqueu
 *held* (not due) until the ingress has sent the answer and calls `release_holds(hold)` from the
 response's close hook, or until `HOLD_FALLBACK` passes (crash, long connection, race).
 
-Enqueueing joins the caller's transaction (`transaction.atomic()` nests as a savepoint), so a
-fact and the card update that shows it commit together.
+Enqueueing joins the caller's transaction (without a savepoint of its own), so a fact and the
+card update that shows it commit together.
 """
 
 from __future__ import annotations
@@ -264,7 +264,9 @@ def _enqueue(
 ) -> CardUpdate | None:
     hold = _current_hold.get()
     held = hold is not None and not hold.released
-    with transaction.atomic():
+    # joins the caller's transaction without a savepoint (nothing here is caught and retried:
+    # an error rolls the caller back with it); on its own it is one transaction
+    with transaction.atomic(savepoint=False):
         locked = CardEntity.objects.select_for_update().get(pk=card.pk)
         if version is not None:
             if version <= locked.state_version:

@@ -1,6 +1,6 @@
 """Transport-level dedupe of Feishu callbacks and events on `header.event_id` (B06).
 
-`claim_event` inserts the `InboundEvent` row in its own autocommit transaction *before* any
+`claim_event` inserts the `InboundEvent` row in one autocommit statement *before* any
 handler runs: the unique constraint (bot, event_id) decides, across processes and machines,
 which delivery of an event does the work. Every other delivery gets `duplicate_answer`: the
 stored toast when the first one finished, an info toast while it is still running.
@@ -12,7 +12,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -28,15 +28,38 @@ MAX_REQUEST_AGE = timedelta(days=1)
 
 def claim_event(bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool]:
     """Record that `event_id` of `bot` is being handled. Returns `(row, created)`; `created`
-    is False when another delivery of the same event got there first (in any process)."""
-    try:
-        with transaction.atomic():
-            row = InboundEvent.objects.create(
-                bot=bot, event_id=event_id[:64], event_type=event_type[:100]
-            )
-        return row, True
-    except IntegrityError:
-        return InboundEvent.objects.get(bot=bot, event_id=event_id[:64]), False
+    is False when another delivery of the same event got there first (in any process).
+
+    One statement, `INSERT … ON CONFLICT (bot_id, event_id) DO NOTHING RETURNING id`
+    (PostgreSQL; SQLite ≥ 3.35): the unique constraint `inbound_event_unique` decides, without
+    a transaction or savepoint of its own. Outside a transaction it commits at once, so other
+    processes see the claim before the handler runs; inside one (tests) it joins it.
+    """
+    event_id, event_type = event_id[:64], event_type[:100]
+    now = timezone.now()
+    table = InboundEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(table)} "  # noqa: S608 - our table name
+            "(bot_id, event_id, event_type, status, answer, received_at, finished_at) "
+            "VALUES (%s, %s, %s, %s, NULL, %s, NULL) "
+            "ON CONFLICT (bot_id, event_id) DO NOTHING RETURNING id",
+            [bot.pk, event_id, event_type, InboundEvent.Status.PROCESSING, now],
+        )
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return InboundEvent.objects.get(bot=bot, event_id=event_id), False
+    row = InboundEvent(
+        id=inserted[0],
+        bot=bot,
+        event_id=event_id,
+        event_type=event_type,
+        status=InboundEvent.Status.PROCESSING,
+        received_at=now,
+    )
+    row._state.adding = False
+    row._state.db = connection.alias
+    return row, True
 
 
 def finish_event(row: InboundEvent, answer: dict[str, Any] | None) -> None:

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -68,17 +69,42 @@ def _toast(type_: str, message) -> dict[str, Any]:
 
 
 def run_isolated(fn, *args):
-    """Run `fn(*args)` in this pool thread with fresh database connections, closed after."""
+    """Run `fn(*args)` in this pool thread with its own database connection, closed after
+    (on PostgreSQL: given back to the process's connection pool, `DATABASE_POOL_*`; a handler
+    thread must not keep one, or 32 threads could hold more than the pool has)."""
     try:
         return fn(*args)
     finally:
         connections.close_all()
 
 
+def _release_caller_connection() -> None:
+    """Give the calling thread's database connection back (to the pool) before it waits for
+    a handler thread, so a waiting request never holds a connection the handler needs (with
+    a pool of N connections, N waiting requests would otherwise starve every handler until
+    the budget ran out). Only pooled connections (PostgreSQL): without a pool there is nothing
+    to starve, and reopening costs more (SQLite: PRAGMAs and the WAL close, ~5 ms a click).
+    Inside a transaction (tests' atomic blocks) it is left alone, and an event loop's thread
+    (the long connection) does no ORM work, so it holds none."""
+    try:
+        asyncio.get_running_loop()
+        return
+    except RuntimeError:
+        pass
+    connection = connections["default"]
+    if (
+        getattr(connection, "pool", None) is not None
+        and connection.connection is not None
+        and not connection.in_atomic_block
+    ):
+        connection.close()
+
+
 def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
     """Answer a verified `card.action.trigger` payload of `bot` (dict) with the callback
     response body (`{}`, toast and/or raw card) within the callback budget. Never raises."""
     hold = cards.Hold()
+    _release_caller_connection()
     future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
     try:
         answer = future.result(timeout=_budget())
@@ -102,6 +128,7 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
 def handle_event(bot, payload: dict[str, Any]) -> None:
     """Deliver a verified ordinary event of `bot` to its registered handlers (within the
     budget; a slow handler keeps running in its thread). Never raises."""
+    _release_caller_connection()
     future = POOL.submit(run_isolated, _deliver_event, bot, payload)
     try:
         future.result(timeout=_budget())

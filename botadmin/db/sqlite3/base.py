@@ -1,0 +1,184 @@
+"""Django's SQLite backend with a fair, process-wide queue for write transactions.
+
+SQLite has one writer at a time. With `transaction_mode=IMMEDIATE` every `atomic()` takes the
+write lock at BEGIN, and a connection that finds it taken sleeps in SQLite's busy handler,
+polling with growing sleeps (up to 100 ms): it is not a queue, so under load a writer can
+lose the race again and again for seconds while later ones get through (measured: p99 2.7 s
+and answers past the callback budget at 32 concurrent clicks, bench/README.md).
+
+Here every thread of the process first waits in a FIFO queue (`FairLock`) before it sends
+BEGIN IMMEDIATE (or a write statement outside a transaction), and is woken the moment the
+previous transaction commits or rolls back (the statement finished), in arrival order. Other processes (workers) still meet it in SQLite's busy handler as before.
+A thread that waits longer than the connection's busy `timeout` proceeds without the queue
+and lets SQLite decide, so a transaction left open elsewhere in the process (a test's
+`atomic()` block) delays others but never deadlocks them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+
+from django.db.backends.sqlite3 import base, creation
+
+
+class FairLock:
+    """A lock granted in arrival order (first come, first served); `acquire(timeout)` returns
+    False when the wait timed out (the caller does not hold the lock then)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: deque[threading.Event] = deque()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return True
+            turn = threading.Event()
+            self._waiters.append(turn)
+        if turn.wait(timeout):
+            return True
+        with self._mutex:
+            if turn.is_set():  # handed over while the wait timed out
+                return True
+            self._waiters.remove(turn)
+            return False
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._waiters:
+                self._waiters.popleft().set()  # hand over; stays held
+            else:
+                self._held = False
+
+    @property
+    def waiting(self) -> int:
+        """How many threads are queued (for tests and diagnostics)."""
+        with self._mutex:
+            return len(self._waiters)
+
+
+#: One queue per process and database file.
+_LOCKS: dict[str, FairLock] = {}
+_LOCKS_MUTEX = threading.Lock()
+
+
+def write_lock(name: str) -> FairLock:
+    """The process's write queue for database file `name`."""
+    with _LOCKS_MUTEX:
+        return _LOCKS.setdefault(name, FairLock())
+
+
+#: Statements that neither write nor need the queue (reads, transaction control).
+_NOT_QUEUED = ("SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA", "WITH")
+
+
+class QueuedCursor(base.SQLiteCursorWrapper):
+    """A cursor whose writes outside a transaction (autocommit statements, e.g. the callback
+    dedupe claim) wait in the same queue as write transactions."""
+
+    queue: FairLock
+    timeout: float
+
+    def _queued(self, query: str) -> bool:
+        return not self.connection.in_transaction and not query.lstrip()[:9].upper().startswith(
+            _NOT_QUEUED
+        )
+
+    def execute(self, query, params=None):
+        if not self._queued(query):
+            return super().execute(query, params)
+        held = self.queue.acquire(self.timeout)
+        try:
+            return super().execute(query, params)
+        finally:
+            if held:
+                self.queue.release()
+
+    def executemany(self, query, param_list):
+        if not self._queued(query):
+            return super().executemany(query, param_list)
+        held = self.queue.acquire(self.timeout)
+        try:
+            return super().executemany(query, param_list)
+        finally:
+            if held:
+                self.queue.release()
+
+
+class DatabaseCreation(creation.DatabaseCreation):
+    """Test databases: the WAL and shared-memory files go with the database file. A test run
+    killed with connections open leaves `-wal`/`-shm` behind, and a new test database next
+    to them is corrupt ("disk I/O error")."""
+
+    @staticmethod
+    def _remove_sidecars(name: str) -> None:
+        for suffix in ("-wal", "-shm"):
+            try:
+                os.remove(f"{name}{suffix}")
+            except FileNotFoundError:
+                pass
+
+    def _create_test_db(self, verbosity, autoclobber, keepdb=False):
+        name = self._get_test_db_name()
+        if not keepdb and not self.is_in_memory_db(name):
+            self._remove_sidecars(name)
+        return super()._create_test_db(verbosity, autoclobber, keepdb)
+
+    def _destroy_test_db(self, test_database_name, verbosity):
+        super()._destroy_test_db(test_database_name, verbosity)
+        if test_database_name and not self.is_in_memory_db(test_database_name):
+            self._remove_sidecars(test_database_name)
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    """`django.db.backends.sqlite3` whose writes queue fairly for the write lock."""
+
+    creation_class = DatabaseCreation
+    _holds_write_queue = False
+
+    def create_cursor(self, name=None):
+        cursor = self.connection.cursor(factory=QueuedCursor)
+        cursor.queue = write_lock(str(self.settings_dict["NAME"]))
+        cursor.timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
+        return cursor
+
+    def _start_transaction_under_autocommit(self):
+        timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
+        lock = write_lock(str(self.settings_dict["NAME"]))
+        self._holds_write_queue = lock.acquire(timeout)
+        self._queue_lock = lock
+        try:
+            super()._start_transaction_under_autocommit()
+        except BaseException:
+            self._leave_write_queue()
+            raise
+
+    def _leave_write_queue(self) -> None:
+        if self._holds_write_queue:
+            self._holds_write_queue = False
+            self._queue_lock.release()
+
+    def _commit(self):
+        try:
+            return super()._commit()
+        finally:
+            self._leave_write_queue()
+
+    def _rollback(self):
+        try:
+            return super()._rollback()
+        finally:
+            self._leave_write_queue()
+
+    def _close(self):
+        try:
+            return super()._close()
+        finally:
+            self._leave_write_queue()
+
+
+__all__ = ["DatabaseCreation", "DatabaseWrapper", "FairLock", "QueuedCursor", "write_lock"]

@@ -1,0 +1,109 @@
+"""The SQLite backend's fair write queue (`botadmin.db.sqlite3`): write transactions of one
+process get the write lock in arrival order, woken when the previous one ends, and a wait
+longer than the busy timeout falls back to SQLite's own busy handler instead of hanging."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections, transaction
+
+from botadmin.db.sqlite3.base import FairLock, write_lock
+
+
+def _queue_up(lock: FairLock, n: int, order: list[int]) -> list[threading.Thread]:
+    def take(i):
+        assert lock.acquire(5)
+        order.append(i)
+        time.sleep(0.002)
+        lock.release()
+
+    threads = []
+    for i in range(n):
+        thread = threading.Thread(target=take, args=(i,))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 5
+        while lock.waiting < i + 1:  # thread i is queued before thread i+1 starts
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    return threads
+
+
+def test_waiters_get_the_lock_in_arrival_order():
+    lock = FairLock()
+    assert lock.acquire(1)
+    order: list[int] = []
+    threads = _queue_up(lock, 12, order)
+    lock.release()
+    for thread in threads:
+        thread.join(5)
+    assert order == list(range(12))
+    assert lock.acquire(0.1)  # free again
+    lock.release()
+
+
+def test_a_timed_out_waiter_leaves_the_queue_and_the_lock_keeps_working():
+    lock = FairLock()
+    assert lock.acquire(1)
+    started = time.monotonic()
+    assert lock.acquire(0.05) is False
+    assert time.monotonic() - started >= 0.05
+    assert lock.waiting == 0
+    lock.release()
+    assert lock.acquire(0.1)
+    lock.release()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_write_transactions_queue_one_at_a_time_and_all_commit():
+    if connection.vendor != "sqlite":
+        pytest.skip("the write queue is SQLite's")
+    from botadmin.models import Team
+
+    assert connection.settings_dict["ENGINE"] == "botadmin.db.sqlite3"
+    lock = write_lock(str(connection.settings_dict["NAME"]))
+    inside = 0
+    peak = 0
+    errors: list[BaseException] = []
+    guard = threading.Lock()
+
+    def write(i):
+        nonlocal inside, peak
+        try:
+            with transaction.atomic():
+                with guard:
+                    inside += 1
+                    peak = max(peak, inside)
+                Team.objects.create(name=f"queue-{i}")
+                time.sleep(0.005)
+                with guard:
+                    inside -= 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert peak == 1
+    assert Team.objects.filter(name__startswith="queue-").count() == 16
+    assert lock.acquire(0.1)  # every transaction left the queue
+    lock.release()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transaction_leaves_the_queue():
+    if connection.vendor != "sqlite":
+        pytest.skip("the write queue is SQLite's")
+    lock = write_lock(str(connection.settings_dict["NAME"]))
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        1 / 0  # noqa: B018
+    assert lock.acquire(0.1)
+    lock.release()
