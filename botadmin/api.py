@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.http import JsonResponse
+from django.conf import settings
+from django.http import Http404, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -92,6 +94,32 @@ def handler500(request):
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+class ApiErrorShapeMiddleware(MiddlewareMixin):
+    """Keep the API's `{"error", "detail"}` shape on `/api/` and `/lark/` paths when DEBUG is on.
+
+    With DEBUG, Django answers an unmatched URL with its technical HTML 404 page and an
+    uncaught view exception with the HTML debug page; `handler404`/`handler500` only apply
+    when DEBUG is off. `make run` serves with DEBUG on, so a bot backend with a typo in a path
+    would get HTML. Outside DEBUG this does nothing (the handlers already answer JSON).
+    """
+
+    def process_response(self, request, response):
+        if (
+            settings.DEBUG
+            and response.status_code == 404
+            and _is_api(request)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            return json_error("not_found", "No such resource.", status.HTTP_404_NOT_FOUND)
+        return response
+
+    def process_exception(self, request, exception):
+        if settings.DEBUG and _is_api(request) and not isinstance(exception, Http404):
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return handler500(request)
+        return None
 
 
 def _is_api(request) -> bool:
