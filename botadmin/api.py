@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 from rest_framework import exceptions, status
@@ -37,9 +38,22 @@ def error_body(code: str, detail: Any) -> dict[str, Any]:
 
 
 def exception_handler(exc, context):
-    """DRF exception handler producing `{"error", "detail"}` bodies."""
+    """DRF exception handler producing `{"error", "detail"}` bodies.
+
+    Besides DRF's own exceptions it answers Django's `RequestDataTooBig` (a body over
+    `DATA_UPLOAD_MAX_MEMORY_SIZE`, raised when a view first reads `request.data`) with 413
+    `too_large` and any other `SuspiciousOperation` with 400 `bad_request`; Django would
+    answer those with an HTML page."""
     if isinstance(exc, ApiError):
         return Response(error_body(exc.error_code, exc.detail_value), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            error_body("too_large", f"The request body is larger than {limit} bytes."),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return Response(error_body("bad_request", str(exc)), status=status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # unexpected: Django logs it and handler500 answers JSON

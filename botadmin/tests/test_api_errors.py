@@ -1,0 +1,45 @@
+"""Bodies no parser should choke on: every API path answers them in the `{"error", "detail"}`
+shape with a 4xx, with DEBUG on (make run) and off."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=[False, True], ids=["production", "debug"])
+def debug(request, settings):
+    settings.DEBUG = request.param
+    return request.param
+
+
+def test_body_over_the_upload_limit_is_413_json(bot_client, settings, debug):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    bot_client.raise_request_exception = False
+    body = '{"chat_id": "' + "x" * 4096 + '"}'
+    response = bot_client.post("/api/v1/deliveries", data=body, content_type="application/json")
+    assert response.status_code == 413
+    assert response.json()["error"] == "too_large"
+    assert "1024" in response.json()["detail"]
+
+
+def test_deeply_nested_json_is_a_400_parse_error(bot_client, debug):
+    bot_client.raise_request_exception = False
+    body = '{"card": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    response = bot_client.post("/api/v1/deliveries", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+
+
+def test_callback_body_over_the_upload_limit_is_413_json(client, lark_bot, settings, debug):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    client.raise_request_exception = False
+    response = client.post(
+        f"/lark/{lark_bot.app_id}/callback",
+        data='{"encrypt": "' + "x" * 4096 + '"}',
+        content_type="application/json",
+    )
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["error"] == "too_large"
