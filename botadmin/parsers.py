@@ -1,4 +1,5 @@
-"""Request parsers of Cardloop's JSON API (`REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]`).
+"""Parsing JSON from outside: the API's request parser (`REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]`)
+and `loads_untrusted` for other bodies and frames (Feishu callbacks, panel WebSocket frames).
 
 Kept apart from `botadmin.api`: DRF resolves the parser setting when `rest_framework.views`
 is imported, which `botadmin.api` itself imports.
@@ -6,7 +7,20 @@ is imported, which `botadmin.api` itself imports.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from rest_framework import exceptions, parsers
+
+
+def loads_untrusted(data: str | bytes) -> Any:
+    """`json.loads` for bodies and frames from outside: raises `ValueError` (as for any
+    malformed JSON) also when the nesting is deeper than Python's recursion limit, where
+    `json.loads` raises `RecursionError` instead. `UnicodeDecodeError` is a ValueError too."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 class JSONParser(parsers.JSONParser):
