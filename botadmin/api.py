@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
@@ -130,10 +131,20 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
         return response
 
     def process_exception(self, request, exception):
-        if settings.DEBUG and _is_api(request) and not isinstance(exception, Http404):
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            return handler500(request)
-        return None
+        if not settings.DEBUG or not _is_api(request) or isinstance(exception, Http404):
+            return None  # a 404 is reshaped in process_response
+        if isinstance(exception, RequestDataTooBig):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            detail = f"The request body is larger than {limit} bytes."
+            return json_error("too_large", detail, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        if isinstance(exception, SuspiciousOperation):
+            return json_error("bad_request", str(exception), status.HTTP_400_BAD_REQUEST)
+        if isinstance(exception, DjangoPermissionDenied):
+            return json_error(
+                "forbidden", str(exception) or "Forbidden.", status.HTTP_403_FORBIDDEN
+            )
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return handler500(request)
 
 
 def _is_api(request) -> bool:

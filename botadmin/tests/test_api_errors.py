@@ -43,3 +43,38 @@ def test_callback_body_over_the_upload_limit_is_413_json(client, lark_bot, setti
     assert response.status_code == 413
     assert response["Content-Type"].startswith("application/json")
     assert response.json()["error"] == "too_large"
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code"),
+    [
+        ("permission", 403, "forbidden"),
+        ("suspicious", 400, "bad_request"),
+        ("crash", 500, "server_error"),
+    ],
+)
+def test_plain_django_api_view_errors_keep_the_json_shape_in_debug(
+    client, lark_bot, settings, monkeypatch, raised, status, code
+):
+    # /lark/ is a plain Django view, outside DRF's exception handler.
+    from django.core.exceptions import PermissionDenied, SuspiciousOperation
+
+    from interactions.lark import ingress
+
+    errors = {
+        "permission": PermissionDenied("no"),
+        "suspicious": SuspiciousOperation("odd"),
+        "crash": RuntimeError("boom"),
+    }
+
+    def broken(bot, body, headers):
+        raise errors[raised]
+
+    monkeypatch.setattr(ingress, "process", broken)
+    settings.DEBUG = True
+    client.raise_request_exception = False
+    response = client.post(
+        f"/lark/{lark_bot.app_id}/callback", data={}, content_type="application/json"
+    )
+    assert response.status_code == status
+    assert response.json()["error"] == code
