@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -109,6 +109,30 @@ def handler500(request):
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+NUL_DETAIL = "The URL must not contain NUL (%00) characters."
+
+
+class RejectNulInUrlMiddleware(MiddlewareMixin):
+    """Answer 400 to a URL whose path or query string holds a NUL character (`%00`).
+
+    PostgreSQL text cannot hold NUL, so such a path segment (`/api/v1/asks/<id>`,
+    `/lark/<app_id>/callback`) or query value (`?open_id=`, an admin search) failed inside
+    the lookup with `DataError`: a 500. Bodies are covered where they are parsed (DRF and
+    Django form fields refuse NUL); the URL is checked here, once, before any view. API paths
+    get the `{"error": "bad_request", "detail": …}` shape, others a plain-text 400.
+    """
+
+    def process_request(self, request):
+        query = request.GET
+        if "\x00" not in request.path and not any(
+            "\x00" in key or any("\x00" in value for value in query.getlist(key)) for key in query
+        ):
+            return None
+        if _is_api(request):
+            return json_error("bad_request", NUL_DETAIL, status.HTTP_400_BAD_REQUEST)
+        return HttpResponseBadRequest(NUL_DETAIL, content_type="text/plain; charset=utf-8")
 
 
 class ApiErrorShapeMiddleware(MiddlewareMixin):

@@ -78,3 +78,29 @@ def test_plain_django_api_view_errors_keep_the_json_shape_in_debug(
     )
     assert response.status_code == status
     assert response.json()["error"] == code
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/sessions/a%00b/progress",
+        "/api/v1/asks/ask_%00",
+        "/api/v1/interactions/ia_%00",
+        "/api/v1/desktop-tokens?open_id=ou_%00",
+        "/lark/cli_%00/callback",
+    ],
+)
+def test_nul_in_the_url_is_a_400_naming_it(bot_client, url):
+    # PostgreSQL text cannot hold NUL: such a path segment or query value reached a lookup
+    # and failed there with DataError (500). Bodies are covered by the serializers.
+    response = bot_client.get(url)
+    assert response.status_code == 400, response.content
+    assert response.json() == {
+        "error": "bad_request",
+        "detail": "The URL must not contain NUL (%00) characters.",
+    }
+
+
+def test_nul_in_an_admin_search_is_a_400(admin_client):
+    response = admin_client.get("/admin/feedback/delivery/?q=%00")
+    assert response.status_code == 400
