@@ -151,6 +151,13 @@ class _AnalyticsForm(forms.Form):
                 continue
             try:
                 bounds[name] = periods.parse_boundary(str(raw), tz)
+            except periods.OutOfRange:
+                self.add_error(
+                    name,
+                    forms.ValidationError(
+                        _("Use a date between 1970-01-01 and 9000-01-01."), code="out_of_range"
+                    ),
+                )
             except ValueError:
                 self.add_error(
                     name,

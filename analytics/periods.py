@@ -51,21 +51,39 @@ def local_midnight(day: date, tz: zoneinfo.ZoneInfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
 
 
+#: `from`/`to` must lie in [EARLIEST, LATEST]: far enough from datetime.min/max that the
+#: span check (+MAX_RANGE_DAYS) and the previous period (−span) cannot overflow.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+class OutOfRange(ValueError):
+    """A `from`/`to` value that parses but lies outside [EARLIEST, LATEST]."""
+
+
 def parse_boundary(value: str, tz: zoneinfo.ZoneInfo) -> datetime:
     """Parse a `from`/`to` value into an aware UTC datetime.
 
     Accepts `YYYY-MM-DD` (local midnight in `tz`) or an ISO 8601 datetime (naive → read in
-    `tz`; `Z` or an offset → kept). Raises `ValueError` for anything else.
+    `tz`; `Z` or an offset → kept). Raises `OutOfRange` (a `ValueError`) outside
+    [EARLIEST, LATEST] and `ValueError` for anything else.
     """
     text = (value or "").strip()
     if not text:
         raise ValueError("empty")
-    if len(text) == 10:
-        return local_midnight(date.fromisoformat(text), tz)
-    parsed = datetime.fromisoformat(text.replace("z", "Z"))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=tz)
-    return parsed.astimezone(UTC)
+    try:
+        if len(text) == 10:
+            result = local_midnight(date.fromisoformat(text), tz)
+        else:
+            parsed = datetime.fromisoformat(text.replace("z", "Z"))
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=tz)
+            result = parsed.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01 at +08:00 is before datetime.min in UTC
+        raise OutOfRange(text) from None
+    if not EARLIEST <= result <= LATEST:
+        raise OutOfRange(text)
+    return result
 
 
 def exceeds_max_span(start: datetime, end: datetime, tz: zoneinfo.ZoneInfo) -> bool:

@@ -9,7 +9,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.http import JsonResponse
+from django.conf import settings
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -35,9 +39,22 @@ def error_body(code: str, detail: Any) -> dict[str, Any]:
 
 
 def exception_handler(exc, context):
-    """DRF exception handler producing `{"error", "detail"}` bodies."""
+    """DRF exception handler producing `{"error", "detail"}` bodies.
+
+    Besides DRF's own exceptions it answers Django's `RequestDataTooBig` (a body over
+    `DATA_UPLOAD_MAX_MEMORY_SIZE`, raised when a view first reads `request.data`) with 413
+    `too_large` and any other `SuspiciousOperation` with 400 `bad_request`; Django would
+    answer those with an HTML page."""
     if isinstance(exc, ApiError):
         return Response(error_body(exc.error_code, exc.detail_value), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            error_body("too_large", f"The request body is larger than {limit} bytes."),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return Response(error_body("bad_request", str(exc)), status=status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # unexpected: Django logs it and handler500 answers JSON
@@ -92,6 +109,66 @@ def handler500(request):
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+NUL_DETAIL = "The URL must not contain NUL (%00) characters."
+
+
+class RejectNulInUrlMiddleware(MiddlewareMixin):
+    """Answer 400 to a URL whose path or query string holds a NUL character (`%00`).
+
+    PostgreSQL text cannot hold NUL, so such a path segment (`/api/v1/asks/<id>`,
+    `/lark/<app_id>/callback`) or query value (`?open_id=`, an admin search) failed inside
+    the lookup with `DataError`: a 500. Bodies are covered where they are parsed (DRF and
+    Django form fields refuse NUL); the URL is checked here, once, before any view. API paths
+    get the `{"error": "bad_request", "detail": …}` shape, others a plain-text 400.
+    """
+
+    def process_request(self, request):
+        query = request.GET
+        if "\x00" not in request.path and not any(
+            "\x00" in key or any("\x00" in value for value in query.getlist(key)) for key in query
+        ):
+            return None
+        if _is_api(request):
+            return json_error("bad_request", NUL_DETAIL, status.HTTP_400_BAD_REQUEST)
+        return HttpResponseBadRequest(NUL_DETAIL, content_type="text/plain; charset=utf-8")
+
+
+class ApiErrorShapeMiddleware(MiddlewareMixin):
+    """Keep the API's `{"error", "detail"}` shape on `/api/` and `/lark/` paths when DEBUG is on.
+
+    With DEBUG, Django answers an unmatched URL with its technical HTML 404 page and an
+    uncaught view exception with the HTML debug page; `handler404`/`handler500` only apply
+    when DEBUG is off. `make run` serves with DEBUG on, so a bot backend with a typo in a path
+    would get HTML. Outside DEBUG this does nothing (the handlers already answer JSON).
+    """
+
+    def process_response(self, request, response):
+        if (
+            settings.DEBUG
+            and response.status_code == 404
+            and _is_api(request)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            return json_error("not_found", "No such resource.", status.HTTP_404_NOT_FOUND)
+        return response
+
+    def process_exception(self, request, exception):
+        if not settings.DEBUG or not _is_api(request) or isinstance(exception, Http404):
+            return None  # a 404 is reshaped in process_response
+        if isinstance(exception, RequestDataTooBig):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            detail = f"The request body is larger than {limit} bytes."
+            return json_error("too_large", detail, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        if isinstance(exception, SuspiciousOperation):
+            return json_error("bad_request", str(exception), status.HTTP_400_BAD_REQUEST)
+        if isinstance(exception, DjangoPermissionDenied):
+            return json_error(
+                "forbidden", str(exception) or "Forbidden.", status.HTTP_403_FORBIDDEN
+            )
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return handler500(request)
 
 
 def _is_api(request) -> bool:

@@ -11,6 +11,7 @@ import random
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from botadmin.parsers import loads_untrusted
 from interactions import panels
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
             if len(text_data) > panels.MAX_FRAME:
                 raise panels.ClientError("too_large", f"At most {panels.MAX_FRAME} bytes.")
             try:
-                message = json.loads(text_data)
+                message = loads_untrusted(text_data)
             except ValueError:
                 raise panels.ClientError("malformed_json", "The frame is not JSON.")
             if not isinstance(message, dict) or not isinstance(message.get("type"), str):

@@ -113,6 +113,11 @@ def test_manager_of_both_teams_and_superuser_see_both(two_teams, world, manager_
         ({"from": "2025-03-10", "to": "2025-03-10"}, "invalid_range", "to"),
         ({"from": "2024-01-01", "to": "2025-01-02"}, "range_too_large", "to"),
         ({"from": "last week", "to": "2025-03-10"}, "invalid_from", "from"),
+        # Year 1 in Asia/Shanghai is before datetime.min in UTC; year 9999 leaves no room for
+        # the 366-day span check: both overflowed into 500s.
+        ({"from": "0001-01-01", "to": "0001-01-02"}, "out_of_range", "from"),
+        ({"from": "9999-12-30", "to": "9999-12-31"}, "out_of_range", "from"),
+        ({"from": "2025-03-10", "to": "9999-12-31T23:59:59-12:00"}, "out_of_range", "to"),
         ({**RANGE, "status": "exploded"}, "invalid_filter", "status"),
         ({**RANGE, "semantic": "meh"}, "invalid_filter", "semantic"),
         ({**RANGE, "team": "A"}, "invalid_filter", "team"),

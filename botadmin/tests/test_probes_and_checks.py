@@ -75,3 +75,32 @@ def test_debug_mode_allows_the_development_key():
 def test_unknown_report_time_zone_is_an_error():
     with override_settings(CARDLOOP_REPORT_TZ="Mars/Olympus"):
         assert "cardloop.E002" in _ids()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize("path", ["/api/v1/nonexistent", "/api/v2/deliveries", "/lark/"])
+def test_unknown_api_path_is_a_json_404_also_in_debug(client, settings, debug, path):
+    # make run serves with DEBUG on; a bot backend with a typo must still get the API's shape.
+    settings.DEBUG = debug
+    response = client.post(path, data="{}", content_type="application/json")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json() == {"error": "not_found", "detail": "No such resource."}
+
+
+@pytest.mark.django_db
+def test_unexpected_api_error_is_a_json_500_also_in_debug(bot_client, settings, monkeypatch):
+    from feedback.event_views import EventFeedView
+
+    def broken(self, request, *args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(EventFeedView, "get", broken)
+    settings.DEBUG = True
+    bot_client.raise_request_exception = False
+    response = bot_client.get("/api/v1/events")
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": "server_error",
+        "detail": "Internal error; it has been logged.",
+    }

@@ -38,6 +38,7 @@ from lark_oapi.core.exception import AccessDeniedException, NoAuthorizationExcep
 from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 
 from botadmin.models import Bot
+from botadmin.parsers import loads_untrusted
 from interactions import inbound
 from interactions.lark import dispatcher, signing
 
@@ -211,8 +212,8 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
     """Verify and dispatch one HTTP callback of `bot` (`headers`: a mapping with `.get`,
     case-insensitive like Django's `request.headers`). Never raises."""
     try:
-        outer = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        outer = loads_untrusted(body)
+    except ValueError:
         return _error(400, "malformed_body", "The body is not JSON.")
     if not isinstance(outer, dict):
         return _error(400, "malformed_body", "The body must be a JSON object.")

@@ -316,6 +316,17 @@ def test_malformed_bodies_are_json_400s(lark_callback, raw):
     assert _assert_json(response)["error"] in {"malformed_body", "malformed_payload"}
 
 
+DEEP = b'{"schema": "2.0", "event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.parametrize("encrypt", [False, True], ids=["plain", "encrypted"])
+def test_deeply_nested_bodies_are_json_400s(lark_callback, encrypt):
+    # json.loads raises RecursionError (not ValueError) past ~1000 levels.
+    response = lark_callback(DEEP, encrypt=encrypt)
+    assert response.status_code == 400
+    assert _assert_json(response)["error"] in {"malformed_body", "malformed_payload"}
+
+
 def test_bot_without_verification_token_refuses_callbacks(make_bot, client, transactional_db):
     bot = make_bot(app_id="cli_no_token", encrypt_key="ek")
     response = feishu.post_callback(

@@ -102,6 +102,7 @@ async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token,
     await receive(comm)
     cases = [
         ("{not json", "malformed_json"),
+        ("[" * 30_000 + "]" * 30_000, "malformed_json"),  # RecursionError, not ValueError
         ("[1, 2]", "invalid_message"),
         (json.dumps({"type": "launch_rockets"}), "unknown_type"),
         (json.dumps({"type": "ask_user_questions_result"}), "invalid_message"),

@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, execute_from_command_line
 
 from interactions import registry
 from interactions.management.commands.lark_replay import parse_assignment, set_path
@@ -75,6 +75,34 @@ def test_each_replay_gets_a_fresh_event_id_unless_one_is_set(replay, register_ca
     replay("card_action_feedback_click", "--set", "header.event_id=fixed")
     replay("card_action_feedback_click", "--set", "header.event_id=fixed")
     assert len(runs) == 3
+
+
+def test_replay_runs_outside_debug_without_a_production_secret_key(
+    live_server, lark_bot, monkeypatch, settings, register_card_handler, capsys
+):
+    # A newcomer runs the README's replay in a second shell, without make run's DJANGO_DEBUG:
+    # the client must not be refused by the serving checks (cardloop.E001). The command line
+    # path (not call_command) is the one that runs system checks.
+    import interactions.lark.ingress  # noqa: F401
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    settings.DEBUG = False
+    settings.SECRET_KEY = settings.MISSING_SECRET_KEY
+    register_card_handler("feedback", lambda action: registry.Answer.success("Recorded"))
+    execute_from_command_line(
+        [
+            "manage.py",
+            "lark_replay",
+            str(feishu.FIXTURES / "card_action_feedback_click.json"),
+            "--app",
+            lark_bot.app_id,
+            "--url",
+            live_server.url,
+            "--timeout",
+            "30",
+        ]
+    )
+    assert _answer(capsys.readouterr().out)["toast"]["type"] == "success"
 
 
 def test_plain_replay_is_signed_and_accepted(replay, register_card_handler):

@@ -209,7 +209,7 @@ class Command(BaseCommand):
             self.say(f"demo superuser {DEMO_USERNAME!r}", False)
         if User.objects.get(username=DEMO_USERNAME).check_password(DEMO_PASSWORD):
             self.stdout.write(
-                f"  Admin: /admin/ (http://127.0.0.1:8000/admin/ with make run) — "
+                f"  Admin: /admin/ (the full URL is printed when the server starts) — "
                 f"login {DEMO_USERNAME} / {DEMO_PASSWORD}"
             )
         else:

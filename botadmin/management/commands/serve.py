@@ -34,7 +34,8 @@ class Command(BaseCommand):
         manage = [python, os.path.abspath(sys.argv[0])]
         children: dict[str, subprocess.Popen] = {}
         children["web"] = subprocess.Popen(
-            [python, "-m", "daphne", "-b", host, "-p", str(port), "botadmin.asgi:application"]
+            [python, "-m", "botadmin.webserver", "-b", host, "-p", str(port)]
+            + ["botadmin.asgi:application"]
         )
         if not no_workers:
             available = get_commands()

@@ -6,7 +6,7 @@ is encrypted with the app's Encrypt Key (unless `--plain` or the bot has none) a
 (`X-Lark-Signature` = sha256(timestamp + nonce + encrypt_key + body)). Prints the status, the
 milliseconds and the answer body. Exit status 1 when the answer is not 2xx.
 
-    python manage.py lark_replay ../shared/fixtures/feishu/card_action_feedback_click.json \\
+    python manage.py lark_replay tests/fixtures/feishu/card_action_feedback_click.json \\
         --app cli_demo --set event.action.value.delivery=del_x
 
 `--set` paths are dotted (`event.action.form_value.q1`); list items by index (`items.0`); the
@@ -84,6 +84,9 @@ def prepare(payload: dict[str, Any], bot: Bot, assignments: list[tuple[str, Any]
 
 class Command(BaseCommand):
     help = "Encrypt, sign and post a Feishu payload (fixture) to a running Cardloop."
+    # A client of a running server: the serving checks (e.g. cardloop.E001, no production
+    # secret key outside DEBUG) guard that server, not this shell, so none run here.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("fixture", help="JSON file with the payload (plain, as decrypted).")

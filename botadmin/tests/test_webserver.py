@@ -1,0 +1,52 @@
+"""The web server `manage.py serve` starts: Daphne with an access log that keeps query strings
+(which may carry an `open_id`, e.g. `GET /api/v1/desktop-tokens?open_id=…`) out of the log."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.processes import child_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    log_path = tmp_path / "web.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "botadmin.webserver", "--fd", str(sock.fileno())]
+            + ["botadmin.asgi:application"],
+            env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1"),
+            pass_fds=[sock.fileno()],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        sock.close()
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert process.poll() is None, log_path.read_text()[-2000:]
+                try:
+                    answer = httpx.get(f"{url}/healthz?open_id=ou_secret_probe", timeout=2)
+                    if answer.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the web server did not start"
+                time.sleep(0.3)
+        finally:
+            process.terminate()
+            process.wait(10)
+    text = log_path.read_text()
+    assert '"GET /healthz?…" 200' in text, text[-2000:]
+    assert "ou_secret_probe" not in text
