@@ -364,23 +364,30 @@ def issue_api_key(actor: Any, bot: Bot, label: str = "") -> tuple[str, BotApiKey
     return raw, key
 
 
-@transaction.atomic
-def revoke_api_key(actor: Any, key: BotApiKey) -> BotApiKey:
-    """Revoke `key` (it stops authenticating at once); no-op when already revoked.
-    Audit `apikey.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
-    locked = BotApiKey.objects.select_for_update().get(pk=key.pk)
+def _revoke_hashed_token(actor: Any, token, *, action: str, name: str, prefix) -> Any:
+    """Revoke a `HashedToken` row (API key or desktop token) under its row lock; no-op when
+    already revoked. Audit `action`: `{name: prefix, "revoked_at": None}` → `{name: prefix,
+    "revoked_at": ISO time}`. Call inside the caller's transaction."""
+    locked = type(token).objects.select_for_update().get(pk=token.pk)
     if locked.revoked_at is None:
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at"])
         audit.record(
             actor,
-            "apikey.revoked",
+            action,
             locked,
-            {"key": key_prefix(locked), "revoked_at": None},
-            {"key": key_prefix(locked), "revoked_at": locked.revoked_at.isoformat()},
+            {name: prefix(locked), "revoked_at": None},
+            {name: prefix(locked), "revoked_at": locked.revoked_at.isoformat()},
         )
-    key.revoked_at = locked.revoked_at
-    return key
+    token.revoked_at = locked.revoked_at
+    return token
+
+
+@transaction.atomic
+def revoke_api_key(actor: Any, key: BotApiKey) -> BotApiKey:
+    """Revoke `key` (it stops authenticating at once); no-op when already revoked.
+    Audit `apikey.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
+    return _revoke_hashed_token(actor, key, action="apikey.revoked", name="key", prefix=key_prefix)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,19 +436,9 @@ def revoke_desktop_token(actor: Any, token: DesktopToken) -> DesktopToken:
     """Revoke `token`: it stops authenticating at once, and panels connected with it are
     closed at their next check (`interactions.panels`). No-op when already revoked.
     Audit `desktoptoken.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
-    locked = DesktopToken.objects.select_for_update().get(pk=token.pk)
-    if locked.revoked_at is None:
-        locked.revoked_at = timezone.now()
-        locked.save(update_fields=["revoked_at"])
-        audit.record(
-            actor,
-            "desktoptoken.revoked",
-            locked,
-            {"token": desktop_token_prefix(locked), "revoked_at": None},
-            {"token": desktop_token_prefix(locked), "revoked_at": locked.revoked_at.isoformat()},
-        )
-    token.revoked_at = locked.revoked_at
-    return token
+    return _revoke_hashed_token(
+        actor, token, action="desktoptoken.revoked", name="token", prefix=desktop_token_prefix
+    )
 
 
 __all__ = [
