@@ -284,6 +284,22 @@ def _move_forward(delivery: Delivery, revision: Revision) -> None:
     repaint(delivery)
 
 
+def _locked_for_operator(
+    bot, delivery_id: str, open_message_id: str, operator_open_id: str, open_chat_id: str
+) -> tuple[Delivery | None, Outcome | None]:
+    """The click's delivery (locked by `_find`) and None, or None and the refusal: unknown
+    delivery, no verified operator, or an operator outside the snapshot's audience. Call inside
+    the click's transaction."""
+    delivery = _find(bot, delivery_id, open_message_id)
+    if delivery is None:
+        return None, Outcome(UNKNOWN_DELIVERY, _("This feedback target no longer exists."))
+    if not operator_open_id:
+        return None, Outcome(NO_OPERATOR, _("Feishu did not say who clicked; please try again."))
+    if not _in_audience(delivery, delivery.policy_snapshot, operator_open_id, open_chat_id):
+        return None, Outcome(NOT_ALLOWED, _not_allowed_message(delivery.policy_snapshot))
+    return delivery, None
+
+
 def record_choice(
     bot,
     *,
@@ -300,14 +316,12 @@ def record_choice(
     Returns an `Outcome`; never raises for bad input.
     """
     with transaction.atomic():
-        delivery = _find(bot, delivery_id, open_message_id)
-        if delivery is None:
-            return Outcome(UNKNOWN_DELIVERY, _("This feedback target no longer exists."))
+        delivery, refused = _locked_for_operator(
+            bot, delivery_id, open_message_id, operator_open_id, open_chat_id
+        )
+        if refused is not None:
+            return refused
         snapshot = delivery.policy_snapshot
-        if not operator_open_id:
-            return Outcome(NO_OPERATOR, _("Feishu did not say who clicked; please try again."))
-        if not _in_audience(delivery, snapshot, operator_open_id, open_chat_id):
-            return Outcome(NOT_ALLOWED, _not_allowed_message(snapshot))
         button = next(
             (b for b in snapshot.get("buttons") or [] if b.get("key") == verdict_key), None
         )
@@ -382,14 +396,12 @@ def record_details(
     `Outcome`; never raises for bad input.
     """
     with transaction.atomic():
-        delivery = _find(bot, delivery_id, open_message_id)
-        if delivery is None:
-            return Outcome(UNKNOWN_DELIVERY, _("This feedback target no longer exists."))
+        delivery, refused = _locked_for_operator(
+            bot, delivery_id, open_message_id, operator_open_id, open_chat_id
+        )
+        if refused is not None:
+            return refused
         snapshot = delivery.policy_snapshot
-        if not operator_open_id:
-            return Outcome(NO_OPERATOR, _("Feishu did not say who clicked; please try again."))
-        if not _in_audience(delivery, snapshot, operator_open_id, open_chat_id):
-            return Outcome(NOT_ALLOWED, _not_allowed_message(snapshot))
         followup = snapshot.get("negative_followup") or {}
         comment_policy = followup.get("comment") or {}
         reasons = {r["key"] for r in followup.get("reasons") or []}
