@@ -88,6 +88,7 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     latencies: list[float] = []
+    trace: list[tuple[float, float]] = []
     failures: list[str] = []
     queue = list(reversed(requests))
     async with httpx.AsyncClient(
@@ -101,6 +102,8 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
                 started = time.perf_counter()
                 response = await client.request(method, path, content=body, headers=headers)
                 latencies.append(time.perf_counter() - started)
+                if os.environ.get("BENCH_TRACE"):
+                    trace.append((started, latencies[-1]))
                 problem = check(response)
                 if problem:
                     failures.append(problem)
@@ -108,6 +111,11 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - start
+    if trace:
+        for i in range(0, len(trace), max(1, len(trace) // 15)):
+            chunk = sorted(x[1] for x in trace[i : i + len(trace) // 15])
+            print(f"  t+{trace[i][0] - start:5.2f}s max {chunk[-1] * 1000:6.0f} ms"
+                  f" median {chunk[len(chunk) // 2] * 1000:6.0f} ms")
     return {
         "concurrency": concurrency,
         "requests": len(latencies),
@@ -128,6 +136,12 @@ def main() -> None:
         "--pool-max-size",
         default=os.environ.get("DATABASE_POOL_MAX_SIZE", "16"),
         help="PostgreSQL: DATABASE_POOL_MAX_SIZE of the server process (default 16)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="Daphne processes sharing the listening socket (default 1)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = parser.parse_args()
@@ -234,24 +248,37 @@ def main() -> None:
 
         return ("GET", "/healthz", None, {}, check)
 
-    port = free_port()
+    # like `manage.py serve --web-processes N`: a listening socket per Daphne process, all on
+    # one port with SO_REUSEPORT, so the kernel spreads new connections over the processes
+    listeners = []
+    port = 0
+    for _ in range(args.processes):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(1024)
+        port = listener.getsockname()[1]
+        listeners.append(listener)
     server_log = open(os.path.join(tmp, "daphne.log"), "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "botadmin.asgi:application",
-        ],
-        cwd=ROOT,
-        env=server_env,
-        stdout=server_log,
-        stderr=subprocess.STDOUT,
-    )
+    servers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "botadmin.webserver",
+                "--fd",
+                str(listener.fileno()),
+                "botadmin.asgi:application",
+            ],
+            cwd=ROOT,
+            env=server_env,
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(listener.fileno(),),
+        )
+        for listener in listeners
+    ]
     base = f"http://127.0.0.1:{port}"
     try:
         import httpx
@@ -287,11 +314,15 @@ def main() -> None:
                 }
             )
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        for listener in listeners:
+            listener.close()
         server_log.close()
         log_text = Path(server_log.name).read_text(errors="replace")
         warnings = [

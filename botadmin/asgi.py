@@ -1,4 +1,5 @@
-"""ASGI entry point (Daphne): HTTP through Django, WebSockets through Channels.
+"""ASGI entry point (Daphne): HTTP through Django (Feishu callbacks through
+`interactions.lark.asgi.LarkCallbackApp` in front of it), WebSockets through Channels.
 
 System checks run at import so a misconfigured production process (for example without a real
 secret key, `cardloop.E001`) refuses to start instead of serving.
@@ -20,6 +21,7 @@ from django.core import checks  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
 from botadmin.routing import websocket_urlpatterns  # noqa: E402
+from interactions.lark.asgi import LarkCallbackApp  # noqa: E402
 
 _errors = [m for m in checks.run_checks() if m.level >= checks.ERROR]
 if _errors:
@@ -57,7 +59,7 @@ class BrowserOriginValidator(OriginValidator):
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": LarkCallbackApp(django_asgi_app),
         "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -53,7 +53,6 @@ from feedback import cards as feedback_cards
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
 from interactions import cards, registry
-from interactions.models import CardEntity
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +156,13 @@ def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     """The delivery row of `bot`, locked, if the click came from its message."""
     if not isinstance(delivery_id, str) or not delivery_id:
         return None
-    delivery = (
-        Delivery.objects.select_for_update(of=("self",))
-        .select_related("current_revision")
-        .filter(bot=bot, delivery_id=delivery_id)
-        .first()
+    delivery = next(
+        iter(
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("current_revision")
+            .filter(bot=bot, delivery_id=delivery_id)[:1]
+        ),
+        None,
     )
     if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
         return None
@@ -202,12 +203,7 @@ def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
     and leaves the card as it is: the fact is recorded and the answer stays a toast (B12)."""
-    entity = (
-        CardEntity.objects.for_card_id(delivery.bot, delivery.card_id).first()
-        if delivery.card_id
-        else None
-    )
-    if entity is None:
+    if not delivery.card_id:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
         return
     current = delivery.current_revision if delivery.current_revision_id else None
@@ -218,7 +214,8 @@ def repaint(delivery: Delivery) -> None:
     except Exception:  # noqa: BLE001 - a renderer bug must not lose the click (B12)
         log.exception("delivery %s: rendering the feedback area failed", delivery.delivery_id)
         return
-    cards.enqueue_elements(entity, area)
+    if cards.enqueue_elements_for_card_id(delivery.bot, delivery.card_id, area) is None:
+        log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
 
 
 def _append(

@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
@@ -187,13 +188,7 @@ def enqueue_elements(
     """
     if not card.card_id:
         raise ValueError("element updates need a CardKit card entity (card_id)")
-    if not elements:
-        raise ValueError("no elements to update")
-    for element_id, element in elements.items():
-        if not isinstance(element_id, str) or not ELEMENT_ID_RE.match(element_id):
-            raise ValueError(f"bad element_id {element_id!r}")
-        if not isinstance(element, dict) or not element.get("tag"):
-            raise ValueError(f"element {element_id!r} must be a component object with a tag")
+    _check_elements(elements)
     return _enqueue(card, None, dict(elements), version)
 
 
@@ -254,20 +249,56 @@ def enqueue_card_for_message(
     return enqueue_card(entity, card_json)
 
 
+def enqueue_elements_for_card_id(
+    bot, card_id: str, elements: dict[str, dict[str, Any]]
+) -> CardUpdate | None:
+    """`enqueue_elements` for the CardKit entity `card_id` of `bot`, found and locked in the
+    same statement that looks for its pending update (the feedback click's path). Returns None
+    when `bot` has no such entity. Raises ValueError like `enqueue_elements`."""
+    if not card_id:
+        raise ValueError("element updates need a CardKit card entity (card_id)")
+    _check_elements(elements)
+    return _enqueue(CardEntity.objects.for_card_id(bot, card_id), None, dict(elements), None)
+
+
+def _check_elements(elements: dict[str, dict[str, Any]]) -> None:
+    if not elements:
+        raise ValueError("no elements to update")
+    for element_id, element in elements.items():
+        if not isinstance(element_id, str) or not ELEMENT_ID_RE.match(element_id):
+            raise ValueError(f"bad element_id {element_id!r}")
+        if not isinstance(element, dict) or not element.get("tag"):
+            raise ValueError(f"element {element_id!r} must be a component object with a tag")
+
+
 def _enqueue(
-    card: CardEntity,
+    card: CardEntity | Any,
     card_json: dict[str, Any] | None,
     elements: dict[str, dict[str, Any]],
     version: int | None,
     *,
     renderer: str = "",
 ) -> CardUpdate | None:
+    """Queue one update of `card` (a CardEntity, or a queryset of at most one); None when
+    dropped (older `version`) or when the queryset finds no card."""
     hold = _current_hold.get()
     held = hold is not None and not hold.released
+    target = CardEntity.objects.filter(pk=card.pk) if isinstance(card, CardEntity) else card
+    pending_pk = CardUpdate.objects.filter(card=OuterRef("pk"), status=WorkStatus.PENDING)
     # joins the caller's transaction without a savepoint (nothing here is caught and retried:
     # an error rolls the caller back with it); on its own it is one transaction
     with transaction.atomic(savepoint=False):
-        locked = CardEntity.objects.select_for_update().get(pk=card.pk)
+        # one statement: the card, locked, and the id of its pending update if there is one
+        locked = next(
+            iter(
+                target.select_for_update(of=("self",)).annotate(
+                    pending_pk=Subquery(pending_pk.values("pk")[:1])
+                )[:1]
+            ),
+            None,
+        )
+        if locked is None:
+            return None
         if version is not None:
             if version <= locked.state_version:
                 log.info(
@@ -282,9 +313,9 @@ def _enqueue(
         now = timezone.now()
         due = now + HOLD_FALLBACK if held else now
         pending = (
-            CardUpdate.objects.select_for_update()
-            .filter(card=locked, status=WorkStatus.PENDING)
-            .first()
+            CardUpdate.objects.select_for_update().filter(pk=locked.pending_pk).first()
+            if locked.pending_pk is not None
+            else None
         )
         if pending is None:
             return CardUpdate.objects.create(

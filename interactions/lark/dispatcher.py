@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lark-handler")
 
 _after_answer: ContextVar[Callable[[], Any] | None] = ContextVar("lark_after_answer", default=None)
+_in_worker: ContextVar[bool] = ContextVar("lark_in_worker", default=False)
 
 
 def take_after_answer() -> Callable[[], Any] | None:
@@ -60,12 +61,31 @@ def reset_after_answer() -> None:
     _after_answer.set(None)
 
 
-def _budget() -> float:
+def budget() -> float:
+    """Seconds a callback may take before it is answered with `still_working()`
+    (`CARDLOOP_CALLBACK_BUDGET`, 2.5: Feishu waits 3 s for the answer)."""
     return float(settings.CARDLOOP_CALLBACK_BUDGET)
+
+
+def still_working() -> dict[str, Any]:
+    """The answer of a callback that ran past `budget()`: an info toast (its work goes on)."""
+    return _toast("info", _("Received. Still working on it; the card will update shortly."))
 
 
 def _toast(type_: str, message) -> dict[str, Any]:
     return {"toast": registry.Toast.of(type_, message).to_json()}
+
+
+def run_in_worker(fn, *args):
+    """Run `fn(*args)` in this `POOL` thread for a transport that enforces `budget()` itself
+    (`interactions.lark.asgi`): `handle_card_action` / `handle_event` called inside do their
+    work inline instead of handing it to a second thread. The transport owns the database
+    connections of this thread (closes them when done)."""
+    reset = _in_worker.set(True)
+    try:
+        return fn(*args)
+    finally:
+        _in_worker.reset(reset)
 
 
 def run_isolated(fn, *args):
@@ -102,20 +122,32 @@ def _release_caller_connection() -> None:
 
 def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
     """Answer a verified `card.action.trigger` payload of `bot` (dict) with the callback
-    response body (`{}`, toast and/or raw card) within the callback budget. Never raises."""
+    response body (`{}`, toast and/or raw card) within the callback budget. Never raises.
+    Inside `run_in_worker` the work runs in the calling thread and the caller keeps the
+    budget."""
     hold = cards.Hold()
+    if _in_worker.get():
+        try:
+            answer = _answer_card_action(bot, payload, hold)
+        except Exception:
+            log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
+            answer = _toast(
+                "error", _("Something went wrong while handling your click. Please try again.")
+            )
+        _after_answer.set(functools.partial(cards.release_holds, hold))
+        return answer
     _release_caller_connection()
     future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
     try:
-        answer = future.result(timeout=_budget())
+        answer = future.result(timeout=budget())
     except FutureTimeout:
         log.warning(
             "card action %s of %s ran past the %.1fs budget; answered with an info toast",
             _event_id(payload),
             bot.app_id,
-            _budget(),
+            budget(),
         )
-        answer = _toast("info", _("Received. Still working on it; the card will update shortly."))
+        answer = still_working()
     except Exception:
         log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
         answer = _toast(
@@ -127,11 +159,18 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
 
 def handle_event(bot, payload: dict[str, Any]) -> None:
     """Deliver a verified ordinary event of `bot` to its registered handlers (within the
-    budget; a slow handler keeps running in its thread). Never raises."""
+    budget; a slow handler keeps running in its thread). Never raises. Inside `run_in_worker`
+    the handlers run in the calling thread."""
+    if _in_worker.get():
+        try:
+            _deliver_event(bot, payload)
+        except Exception:
+            log.exception("event %s of %s failed", _event_id(payload), bot.app_id)
+        return
     _release_caller_connection()
     future = POOL.submit(run_isolated, _deliver_event, bot, payload)
     try:
-        future.result(timeout=_budget())
+        future.result(timeout=budget())
     except FutureTimeout:
         log.warning(
             "event %s of %s still being handled after the budget", _event_id(payload), bot.app_id

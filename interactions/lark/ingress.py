@@ -292,7 +292,7 @@ def callback(request, app_id: str):
     """Django view for `POST /lark/<app_id>/callback` (see module docstring)."""
     if request.method != "POST":
         return AnswerResponse({"error": "method_not_allowed", "detail": "Use POST."}, status=405)
-    bot = Bot.objects.filter(app_id=app_id).first()
+    bot = next(iter(Bot.objects.filter(app_id=app_id)[:1]), None)
     if bot is None:
         return AnswerResponse(
             {"error": "unknown_app", "detail": "No bot is configured with this app_id."}, status=404

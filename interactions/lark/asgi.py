@@ -1,0 +1,200 @@
+"""The Feishu callback URL on its own ASGI path: `POST /lark/<app_id>/callback` in front of Django.
+
+Feishu waits at most 3 seconds for a callback answer, and a Daphne process serves every click on
+one GIL. Through Django's ASGI handler each request passes eleven middleware classes, most of
+them sync-only `MiddlewareMixin`s, so a request hops between the event loop and a fresh
+per-request thread about a dozen times (`ThreadSensitiveContext`), and none of that work
+(sessions, CSRF, messages, locale, clickjacking headers) applies to a signed server-to-server
+callback. `LarkCallbackApp` therefore answers exactly that route itself and hands everything else
+(any other path, any other method, a disallowed Host, a NUL in the path) to Django unchanged:
+
+1. the body is read from ASGI messages up to `DATA_UPLOAD_MAX_MEMORY_SIZE` (beyond it: 413
+   `too_large`, nothing read further, no side effect);
+2. one hop to a handler thread (`dispatcher.POOL`, through `dispatcher.run_in_worker`), which
+   sends Django's `request_started` signal and calls the same view Django routes to,
+   `interactions.lark.ingress.callback`, with an `ASGIRequest` (so headers, `request.body` and
+   the answer are exactly what Django would produce); the dispatcher runs the handler in that
+   same thread, and the event loop keeps the budget: past `dispatcher.budget()` (2.5 s) the
+   answer is the "still working" info toast while the thread finishes;
+3. the answer is sent, and only then `response.close()` runs in a handler thread: the held
+   card updates are released (Feishu applies nothing sent before the callback answer,
+   feishu.md §3) and `request_finished` tidies the database connections, as Django does
+   after every response.
+
+Django's URL route for the view stays (WSGI servers, the test client); this app is what
+`botadmin.asgi.application` serves it through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import re
+
+from django.conf import settings
+from django.core import signals
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest
+from django.db import connections
+from django.http import HttpResponseBase
+from django.http.request import split_domain_port, validate_host
+
+from interactions.lark import dispatcher, ingress
+
+log = logging.getLogger(__name__)
+
+CALLBACK_PATH = re.compile(r"/lark/(?P<app_id>[^/\x00]+)/callback")
+
+
+def _allowed_hosts() -> list[str]:
+    """`ALLOWED_HOSTS` as Django's `HttpRequest.get_host()` applies it (with DEBUG and an empty
+    list: localhost only)."""
+    hosts = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not hosts:
+        hosts = [".localhost", "127.0.0.1", "[::1]"]
+    return hosts
+
+
+def _host_allowed(scope) -> bool:
+    host = ""
+    for name, value in scope.get("headers") or ():
+        if name == b"host":
+            host = value.decode("latin1")
+            break
+    if not host:
+        server = scope.get("server")
+        host = str(server[0]) if server else ""
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, _allowed_hosts())
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Disconnected(Exception):
+    pass
+
+
+async def _read_body(receive, limit: int) -> bytes:
+    """The request body from `http.request` messages; raises `_TooLarge` past `limit` bytes and
+    `_Disconnected` when the client went away first."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _answer(scope, body: bytes, app_id: str) -> HttpResponseBase:
+    """Run the callback view for one request in this thread (Django's `request_started` first,
+    the thread's database connections closed after: given back to the pool on PostgreSQL).
+    Never raises: an unexpected error is logged and answered 500 JSON."""
+    signals.request_started.send(sender=LarkCallbackApp, scope=scope)
+    try:
+        request = ASGIRequest(scope, io.BytesIO(body))
+        response = ingress.callback(request, app_id)
+    except Exception:
+        log.exception("lark callback %s failed outside the dispatcher", app_id[:64])
+        response = ingress.AnswerResponse(
+            {"error": "server_error", "detail": "Internal error; it has been logged."}, status=500
+        )
+    finally:
+        connections.close_all()
+    response._handler_class = LarkCallbackApp
+    return response
+
+
+def _close(response: HttpResponseBase) -> None:
+    """After the answer was sent: the response's after-answer action (held card updates), then
+    Django's `request_finished` (database connections)."""
+    try:
+        response.close()
+    except Exception:
+        log.exception("closing a lark callback response failed")
+
+
+def _close_when_done(future) -> None:
+    """A callback answered with `still_working()`: close its real response once it exists."""
+    if not future.cancelled() and future.exception() is None:
+        dispatcher.POOL.submit(_close, future.result())
+
+
+def _json(status: int, code: str, detail: str) -> tuple[int, bytes]:
+    return status, json.dumps({"error": code, "detail": detail}).encode()
+
+
+class LarkCallbackApp:
+    """ASGI app: `POST /lark/<app_id>/callback` answered without Django's middleware stack;
+    every other HTTP request (and every other scope type) goes to `app` unchanged.
+
+    Errors: a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` → 413 `{"error": "too_large"}`; the
+    view's own answers otherwise (see `interactions.lark.ingress`).
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        match = None
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            match = CALLBACK_PATH.fullmatch(scope.get("path", ""))
+        if match is None or not _host_allowed(scope):
+            return await self.app(scope, receive, send)
+        try:
+            body = await _read_body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        except _Disconnected:
+            return
+        except _TooLarge:
+            status, payload = _json(413, "too_large", "The body is too large.")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"Content-Type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": payload})
+            return
+        loop = asyncio.get_running_loop()
+        app_id = match.group("app_id")
+        work = loop.run_in_executor(
+            dispatcher.POOL, dispatcher.run_in_worker, _answer, scope, body, app_id
+        )
+        try:
+            response = await asyncio.wait_for(asyncio.shield(work), dispatcher.budget())
+        except TimeoutError:
+            log.warning(
+                "lark callback of %s ran past the %.1fs budget; answered with an info toast",
+                app_id[:64],
+                dispatcher.budget(),
+            )
+            work.add_done_callback(_close_when_done)
+            await _SEND_RESPONSE.send_response(
+                ingress.AnswerResponse(dispatcher.still_working(), status=200), send
+            )
+            return
+        try:
+            await _SEND_RESPONSE.send_response(response, send)
+        finally:
+            await loop.run_in_executor(dispatcher.POOL, _close, response)
+
+
+class _SendResponse(ASGIHandler):
+    """Only for `ASGIHandler.send_response` (headers, cookies, chunking), without loading the
+    middleware an `ASGIHandler()` would."""
+
+    def __init__(self):  # noqa: D107 - no middleware
+        pass
+
+
+_SEND_RESPONSE = _SendResponse()
