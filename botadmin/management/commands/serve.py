@@ -1,6 +1,11 @@
 """`python manage.py serve`: run Cardloop in one terminal — Daphne (HTTP + WebSocket) and every
 worker command that exists (card updates, webhook outbox) as child processes.
 
+`--web-processes N` (or `CARDLOOP_WEB_PROCESSES`) runs N Daphne processes on the one port, each
+with a listening socket of its own (SO_REUSEPORT: the kernel spreads new connections over
+them), so a host with N cores serves N requests' Python at once. Several processes need a
+channel layer they share (`REDIS_URL`): the in-memory layer reaches one process only.
+
 Ctrl-C or SIGTERM stops all children (workers get SIGTERM and finish their in-flight work); if
 one child exits, the others are stopped too and the exit code is non-zero, so a supervisor sees
 the failure instead of a half-running service.
@@ -10,12 +15,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
+from django.conf import settings
 from django.core.management import get_commands
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 #: Worker commands started beside the web server when they are installed.
 WORKER_COMMANDS = ["card_worker", "outbox_worker"]
@@ -28,15 +35,38 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-workers", action="store_true", help="Run only the web server.")
+        parser.add_argument(
+            "--web-processes",
+            type=int,
+            default=int(os.environ.get("CARDLOOP_WEB_PROCESSES", "1") or 1),
+            help="Daphne processes on the port (default 1, or CARDLOOP_WEB_PROCESSES); more "
+            "than one needs REDIS_URL.",
+        )
 
-    def handle(self, *args, host, port, no_workers, **options):
+    def handle(self, *args, host, port, no_workers, web_processes, **options):
+        if web_processes < 1:
+            raise CommandError("--web-processes must be at least 1.")
+        if web_processes > 1 and not settings.REDIS_URL:
+            raise CommandError(
+                "--web-processes > 1 needs REDIS_URL: the in-memory channel layer reaches one "
+                "process only, so question panels would miss pushes from the others."
+            )
         python = sys.executable
         manage = [python, os.path.abspath(sys.argv[0])]
         children: dict[str, subprocess.Popen] = {}
-        children["web"] = subprocess.Popen(
-            [python, "-m", "botadmin.webserver", "-b", host, "-p", str(port)]
-            + ["botadmin.asgi:application"]
-        )
+        if web_processes == 1:
+            children["web"] = subprocess.Popen(
+                [python, "-m", "botadmin.webserver", "-b", host, "-p", str(port)]
+                + ["botadmin.asgi:application"]
+            )
+        else:
+            for n, listener in enumerate(_listeners(host, port, web_processes), start=1):
+                children[f"web{n}"] = subprocess.Popen(
+                    [python, "-m", "botadmin.webserver", "--fd", str(listener.fileno())]
+                    + ["botadmin.asgi:application"],
+                    pass_fds=(listener.fileno(),),
+                )
+                listener.close()  # the child has its own copy
         if not no_workers:
             available = get_commands()
             for name in WORKER_COMMANDS:
@@ -84,3 +114,24 @@ class Command(BaseCommand):
                     proc.kill()
         if exit_code:
             sys.exit(exit_code)
+
+
+def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening TCP sockets on (`host`, `port`) with SO_REUSEPORT (Linux, BSD, macOS).
+    Raises CommandError when the address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sockets = []
+    try:
+        for _ in range(count):
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            listener.bind((host, port))
+            listener.listen(1024)
+            listener.set_inheritable(True)
+            sockets.append(listener)
+    except (OSError, AttributeError) as exc:
+        for listener in sockets:
+            listener.close()
+        raise CommandError(f"cannot listen on {host}:{port} with SO_REUSEPORT: {exc}") from exc
+    return sockets

@@ -1,0 +1,75 @@
+"""`manage.py serve --web-processes N`: several Daphne processes on one port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.processes import child_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MANAGE = str(Path(__file__).resolve().parents[2] / "manage.py")
+
+
+def test_several_web_processes_without_redis_are_refused(settings):
+    settings.REDIS_URL = ""
+    with pytest.raises(CommandError, match="REDIS_URL"):
+        call_command("serve", web_processes=2, no_workers=True)
+
+
+def test_zero_web_processes_are_refused():
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("serve", web_processes=0, no_workers=True)
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis (REDIS_URL)")
+def test_two_web_processes_share_the_port_and_one_dying_stops_the_service(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        serve = subprocess.Popen(
+            [sys.executable, MANAGE, "serve", "--no-workers", "--web-processes", "2"]
+            + ["--port", str(port)],
+            env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert serve.poll() is None, log_path.read_text()[-2000:]
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the web processes did not start"
+                time.sleep(0.3)
+            webs = _children(serve.pid)
+            assert len(webs) == 2, log_path.read_text()[-2000:]
+            for _ in range(20):  # a new connection each time: the kernel picks a process
+                assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+            os.kill(webs[0], signal.SIGKILL)
+            assert serve.wait(20) != 0  # a supervisor sees the failure
+        finally:
+            if serve.poll() is None:
+                serve.terminate()
+                serve.wait(20)
+    assert "web1 exited" in log_path.read_text()

@@ -1,0 +1,142 @@
+"""`interactions.lark.asgi.LarkCallbackApp`: the Feishu callback route in front of Django, through
+`botadmin.asgi.application` (channels' `HttpCommunicator`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import HttpCommunicator
+from django.core import signals
+from django.db import connections
+from django.utils import timezone
+
+from interactions import cards, registry
+from interactions.lark.signing import seal
+from interactions.models import CardUpdate, InboundEvent
+from interactions.tests.test_cardjson import feedback_card
+from interactions.tests.test_cardqueue import md
+from tests import feishu
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+async def _request(method: str, path: str, body: bytes = b"", headers=None):
+    from botadmin.asgi import application
+
+    sent = {"Host": "testserver", **(headers or {})}
+    communicator = HttpCommunicator(
+        application,
+        method,
+        path,
+        body=body,
+        headers=[(k.lower().encode(), v.encode()) for k, v in sent.items()],
+    )
+    response = await communicator.get_response(timeout=10)
+    await communicator.wait(timeout=10)
+    response_headers = {k.decode().lower(): v.decode() for k, v in response["headers"]}
+    return response["status"], response_headers, response["body"]
+
+
+async def _click(app_id: str, payload=None, headers=None):
+    raw, sent = seal(
+        payload or feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY
+    )
+    return await _request("POST", f"/lark/{app_id}/callback", raw, {**sent, **(headers or {})})
+
+
+async def test_callback_is_answered_outside_the_middleware_stack_with_django_request_signals(
+    lark_bot, register_card_handler
+):
+    register_card_handler("feedback", lambda action: registry.Answer.success("Recorded"))
+    seen = []
+
+    def started(**kwargs):
+        seen.append("started")
+
+    def finished(**kwargs):
+        seen.append("finished")
+
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        status, headers, body = await _click(lark_bot.app_id)
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    assert status == 200
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body)["toast"]["type"] == "success"
+    # XFrameOptionsMiddleware / SecurityMiddleware headers are what Django's stack adds
+    assert "x-frame-options" not in headers and "x-content-type-options" not in headers
+    assert seen == ["started", "finished"]
+    status, headers, _ = await _request("GET", "/healthz")
+    assert status == 200 and headers.get("x-frame-options") == "DENY"  # others still get them
+
+
+async def test_oversized_callback_body_is_413_json_and_nothing_is_written(lark_bot, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2048
+    payload = feishu.payload("card_action_feedback_click")
+    payload["event"]["action"]["value"]["padding"] = "x" * 4096
+    status, headers, body = await _click(lark_bot.app_id, payload)
+    assert (status, headers["content-type"]) == (413, "application/json")
+    assert json.loads(body)["error"] == "too_large"
+    assert not await InboundEvent.objects.aexists()
+
+
+async def test_get_on_the_callback_url_goes_through_django_and_gets_405_json(lark_bot):
+    status, headers, body = await _request("GET", f"/lark/{lark_bot.app_id}/callback")
+    assert status == 405 and json.loads(body)["error"] == "method_not_allowed"
+    assert headers.get("x-frame-options") == "DENY"  # Django's stack answered
+
+
+async def test_callback_for_a_host_outside_allowed_hosts_is_refused_and_nothing_is_written(
+    lark_bot, register_card_handler, settings
+):
+    settings.ALLOWED_HOSTS = ["cardloop.example"]
+    calls = []
+    register_card_handler("feedback", lambda action: calls.append(action))
+    status, _, _ = await _click(lark_bot.app_id, headers={"Host": "evil.example"})
+    assert status == 400
+    assert calls == [] and not await InboundEvent.objects.aexists()
+
+
+async def test_unknown_app_through_asgi_is_404_json(db):
+    status, _, body = await _click("cli_nobody")
+    assert status == 404 and json.loads(body)["error"] == "unknown_app"
+
+
+async def test_click_past_the_budget_gets_info_toast_then_its_update_is_released_when_done(
+    lark_stub, lark_bot, register_card_handler, settings
+):
+    settings.CARDLOOP_CALLBACK_BUDGET = 0.3
+    entity = await sync_to_async(cards.send_card)(
+        lark_bot, feedback_card(), receive_id="oc_group_chat"
+    )
+    done = threading.Event()
+
+    def slow(action):
+        time.sleep(1.0)
+        cards.enqueue_elements(entity, {"fb_prompt": md("late")})
+        done.set()
+        return registry.Answer.success("Recorded")
+
+    register_card_handler("feedback", slow)
+    started = time.monotonic()
+    status, _, body = await _click(lark_bot.app_id)
+    assert status == 200 and json.loads(body)["toast"]["type"] == "info"
+    assert time.monotonic() - started < 1.0
+    assert await sync_to_async(done.wait)(5)
+    row = None
+    for _ in range(100):  # released by the real response's close(), after the handler
+        await sync_to_async(connections.close_all)()
+        row = await CardUpdate.objects.filter(card=entity).afirst()
+        if row is not None and row.hold_token == "":
+            break
+        time.sleep(0.05)
+    assert row is not None and row.hold_token == "" and row.next_attempt_at <= timezone.now()
+    event = await InboundEvent.objects.aget()
+    assert event.answer["toast"]["type"] == "success"  # the dedupe row has the real answer
