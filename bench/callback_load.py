@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 APP_ID = "cli_bench_callbacks"
 ENCRYPT_KEY = "bench-encrypt-key"
 VERIFICATION_TOKEN = "vt_bench_token"
+WARM_UP_CLICKS = 100
 
 
 def configure(tmp: str) -> dict[str, str]:
@@ -171,7 +172,7 @@ def main() -> None:
     services.set_bot_secret("bench", bot, "verification_token", VERIFICATION_TOKEN)
     services.set_policy_layer("bench", bot, {"enabled": True, "allow_reselect": True})
 
-    total = args.requests * len(args.levels) + 20
+    total = args.requests * len(args.levels) + WARM_UP_CLICKS
     print(f"database: {connection.vendor}; creating {total} deliveries (dry run) ...")
     run_id = uuid.uuid4().hex[:8]
     card = {
@@ -291,9 +292,10 @@ def main() -> None:
                 time.sleep(0.1)
         else:
             sys.exit("Daphne did not start")
-        warm = [click_request(*targets.pop()) for _ in range(20)]  # lark-oapi import, pools
-        asyncio.run(run_level(base, warm, 4, 60))
-        asyncio.run(run_level(base, [health_request() for _ in range(50)], 4, 60))
+        # every process: lark-oapi imported, handler threads and pooled connections opened
+        warm = [click_request(*targets.pop()) for _ in range(WARM_UP_CLICKS)]
+        asyncio.run(run_level(base, warm, max(args.levels), 60))
+        asyncio.run(run_level(base, [health_request() for _ in range(100)], max(args.levels), 60))
 
         results = []
         for level in args.levels:
@@ -338,7 +340,7 @@ def main() -> None:
     written = (
         Revision.objects.filter(delivery__session_id=f"bench-{run_id}").count() - revisions_before
     )
-    sent_clicks = sum(r["clicks"]["requests"] for r in results) + 20
+    sent_clicks = sum(r["clicks"]["requests"] for r in results) + WARM_UP_CLICKS
     print()
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "

@@ -30,9 +30,11 @@ def secret_dir() -> Path:
     return path
 
 
-def _path(ref: str) -> Path:
+def _path(ref: str, *, create_dir: bool = True) -> Path:
     if not _REF_RE.match(ref or ""):
         raise SecretStoreError("malformed secret ref")
+    if not create_dir:  # reading: a missing directory is a missing secret
+        return Path(settings.CARDLOOP_SECRET_DIR) / ref
     return secret_dir() / ref
 
 
@@ -70,7 +72,7 @@ def read_secret(ref: str) -> str | None:
     if not ref:
         return None
     try:
-        return _path(ref).read_text(encoding="utf-8")
+        return _path(ref, create_dir=False).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
 

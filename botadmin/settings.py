@@ -281,6 +281,10 @@ CARDLOOP_WEBHOOK_MAX_ATTEMPTS = env.int("CARDLOOP_WEBHOOK_MAX_ATTEMPTS", default
 CARDLOOP_WEBHOOK_CA_FILE = env.str("CARDLOOP_WEBHOOK_CA_FILE", default="")
 #: Seconds a Feishu callback handler may run before it is answered with an info toast.
 CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.5)
+#: Threads per web process that run Feishu card callbacks (decrypt, dedupe, handler). Their
+#: work is database-bound: a few per process keep one core busy; raise it for a database with
+#: slow round trips. Requests beyond it wait in line (the budget still answers them in time).
+CARDLOOP_CALLBACK_THREADS = env.int("CARDLOOP_CALLBACK_THREADS", default=4)
 #: Default expiry of approvals / quick replies (seconds).
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).

@@ -185,8 +185,12 @@ def _known_and_latest(
     delivery: Delivery, operator: str, key: str
 ) -> tuple[Revision | None, Revision | None]:
     """`(revision with callback key `key`, operator's latest revision)` on `delivery`, in one
-    query of at most two rows. A revision with `key` can only belong to this delivery and
-    operator: both are part of the key."""
+    query of at most two rows (none for a delivery without revisions). A revision with `key`
+    can only belong to this delivery and operator: both are part of the key."""
+    if delivery.current_revision_id is None:
+        # every revision becomes its delivery's current one in the transaction that appends it
+        # (`_move_forward`), and the caller holds the delivery's row lock: no revision yet
+        return None, None
     chain = Revision.objects.filter(delivery=delivery, operator_open_id=operator)
     latest_pk = chain.order_by("-revision").values("pk")[:1]
     rows = list(chain.filter(Q(callback_key=key) | Q(pk=Subquery(latest_pk))))

@@ -3,8 +3,10 @@
 
 `handle_card_action(bot, payload)` → answer dict, always within the budget:
 
-1. the work runs in a worker thread (`POOL`) with its own database connection, so neither a
-   request thread nor the long connection's event loop does ORM work (feishu.md §4 gotcha 9);
+1. the work runs in a worker thread (`POOL`, `CARDLOOP_CALLBACK_THREADS` of them; ordinary
+   events in `EVENT_POOL`) with its own database connection, so neither a request thread nor
+   the long connection's event loop does ORM work (feishu.md §4 gotcha 9); the HTTP ingress's
+   ASGI route runs the whole request in a `POOL` thread (`run_in_worker`);
 2. dedupe: `interactions.inbound.claim_event` on `header.event_id`; a repeat gets the first
    answer's toast or an info toast, and no handler runs again (B06);
 3. the callback value (`action.value`, object or JSON string) picks the handler by `kind`
@@ -42,7 +44,17 @@ from interactions.lark.cardjson import validate_card
 log = logging.getLogger(__name__)
 
 #: Threads running handlers. A handler past the budget keeps its thread until it finishes.
-POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lark-handler")
+#: Threads that run callback work (card actions: decrypt, dedupe, handler; a few per process).
+#: Card-action handlers only touch the database, so more threads than can overlap its round
+#: trips just make one process's requests take turns on its GIL: at concurrency 32, 32 threads
+#: stretched every click to the whole queue's time (p99 ~2× p50), 3–4 serve them in order
+#: (bench/README.md). `CARDLOOP_CALLBACK_THREADS`.
+POOL = ThreadPoolExecutor(
+    max_workers=settings.CARDLOOP_CALLBACK_THREADS, thread_name_prefix="lark-handler"
+)
+#: Threads for ordinary events, whose handlers may call the Open API (a text command's reply):
+#: a slow Feishu answer must not hold up card actions.
+EVENT_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lark-event")
 
 _after_answer: ContextVar[Callable[[], Any] | None] = ContextVar("lark_after_answer", default=None)
 _in_worker: ContextVar[bool] = ContextVar("lark_in_worker", default=False)
@@ -91,7 +103,7 @@ def run_in_worker(fn, *args):
 def run_isolated(fn, *args):
     """Run `fn(*args)` in this pool thread with its own database connection, closed after
     (on PostgreSQL: given back to the process's connection pool, `DATABASE_POOL_*`; a handler
-    thread must not keep one, or 32 threads could hold more than the pool has)."""
+    thread must not keep one, or the handler threads could hold more than the pool has)."""
     try:
         return fn(*args)
     finally:
@@ -159,16 +171,9 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
 
 def handle_event(bot, payload: dict[str, Any]) -> None:
     """Deliver a verified ordinary event of `bot` to its registered handlers (within the
-    budget; a slow handler keeps running in its thread). Never raises. Inside `run_in_worker`
-    the handlers run in the calling thread."""
-    if _in_worker.get():
-        try:
-            _deliver_event(bot, payload)
-        except Exception:
-            log.exception("event %s of %s failed", _event_id(payload), bot.app_id)
-        return
+    budget; a slow handler keeps running in its thread of `EVENT_POOL`). Never raises."""
     _release_caller_connection()
-    future = POOL.submit(run_isolated, _deliver_event, bot, payload)
+    future = EVENT_POOL.submit(run_isolated, _deliver_event, bot, payload)
     try:
         future.result(timeout=budget())
     except FutureTimeout:
