@@ -166,6 +166,13 @@ def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     )
     if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
         return None
+    joined = delivery.current_revision  # cached by select_related: no query
+    if delivery.current_revision_id and (
+        joined is None or joined.pk != delivery.current_revision_id
+    ):
+        # A click that waited for the row lock: PostgreSQL re-reads the locked row but not what
+        # it was joined with (EvalPlanQual), so the joined revision is from before the wait.
+        delivery.current_revision = Revision.objects.get(pk=delivery.current_revision_id)
     delivery.bot = bot  # the row was selected by this bot: no second query for it
     if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
         return None

@@ -536,11 +536,9 @@ def _refresh_card(session: ProgressSession) -> None:
     """Bump the session's state version and queue its card, rendered at apply time. Joins the
     caller's transaction (locks the session row)."""
     with transaction.atomic():
-        locked = (
-            ProgressSession.objects.select_for_update(of=("self",))
-            .select_related("card")
-            .get(pk=session.pk)
-        )
+        # no select_related: a waiter for the row lock gets the row re-read but not re-joined
+        # (PostgreSQL's EvalPlanQual), so a card attached meanwhile would come back as None
+        locked = ProgressSession.objects.select_for_update().get(pk=session.pk)
         locked.state_version += 1
         locked.save(update_fields=["state_version", "updated_at"])
         if locked.card is not None:
@@ -611,9 +609,9 @@ def update_progress(
     now = now or timezone.now()
     created = False
     with transaction.atomic():
+        # no select_related("card"): see _refresh_card
         session = (
-            ProgressSession.objects.select_for_update(of=("self",))
-            .select_related("card")
+            ProgressSession.objects.select_for_update()
             .filter(bot=bot, session_id=session_id)
             .first()
         )

@@ -510,7 +510,7 @@ def test_concurrent_different_choices_on_one_card_state_write_one_revision_on_po
     other is stale (toast + repaint), never two revisions at one chain position."""
     from django.test import Client
 
-    keys = iter(["conclusive_usable", "incorrect", "effective_progress", "incorrect"])
+    keys = iter(["conclusive_usable", "incorrect", "effective_progress", "incorrect"])  # as below
     lock = threading.Lock()
 
     def post():
@@ -529,7 +529,17 @@ def test_concurrent_different_choices_on_one_card_state_write_one_revision_on_po
 
     answers = _concurrently(4, post)
     assert [r.status_code for r in answers] == [200] * 4
+    # the losers read the delivery after waiting for its row lock: they must see the winner's
+    # revision as current (stale), not fail on a half-read row (PostgreSQL's re-check of a
+    # locked row does not re-join it: select_related columns came back NULL)
+    toast_types = sorted(json.loads(r.content)["toast"]["type"] for r in answers)
+    assert "error" not in toast_types, toast_types
     assert Revision.objects.count() == 1
+    # the winner and its duplicate (same key on the same state) are "recorded", the rest stale
+    sent = ["conclusive_usable", "incorrect", "effective_progress", "incorrect"]
+    winner = Revision.objects.get().verdict_key
+    assert toast_types.count("success") == sent.count(winner), toast_types
+    assert toast_types.count("warning") == 4 - sent.count(winner), toast_types
     assert Event.objects.filter(type="feedback.revised").count() == 1
 
 
