@@ -6,8 +6,9 @@ running Daphne, at several concurrency levels, next to a trivial JSON view on th
         .venv/bin/python bench/callback_load.py [--requests 300] [--levels 1 8 32]
 
 What is measured:
-- one Daphne process (`botadmin.asgi:application`, as `manage.py serve` runs it) on 127.0.0.1
-  and an ephemeral port, DEBUG off, log level WARNING; no workers run beside it;
+- `--processes N` Daphne processes (default 1; `botadmin.webserver` on `botadmin.asgi:application`,
+  each on its own SO_REUSEPORT socket of one ephemeral port on 127.0.0.1, as
+  `manage.py serve --web-processes N` runs them), DEBUG off, log level WARNING, no workers;
 - clicks: every request is a different final-answer delivery (created beforehand through
   `feedback.deliveries.deliver` with a dry-run bot) clicked by its requester with the card's
   first state, so each one does the whole job: decrypt + verify the signature, dedupe the
@@ -20,7 +21,9 @@ What is measured:
 - the client is one `httpx.AsyncClient` (keep-alive, HTTP/1.1) with N tasks each sending its
   next request when the previous one answered; latency is per request (send → full answer),
   throughput is answered requests / wall time of the level. Payloads are sealed before the
-  clock starts. Each level is bounded by `--requests` and `--max-seconds`.
+  clock starts. Each level is bounded by `--requests` and `--max-seconds`; before the first,
+  100 clicks and 100 `/healthz` at the highest concurrency warm every process up (threads,
+  pooled connections). `--json` adds p90 / p95 / max.
 Client and server share the machine (and its cores) — and so do the other engineers' runs.
 """
 
@@ -89,7 +92,6 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     latencies: list[float] = []
-    trace: list[tuple[float, float]] = []
     failures: list[str] = []
     queue = list(reversed(requests))
     async with httpx.AsyncClient(
@@ -103,8 +105,6 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
                 started = time.perf_counter()
                 response = await client.request(method, path, content=body, headers=headers)
                 latencies.append(time.perf_counter() - started)
-                if os.environ.get("BENCH_TRACE"):
-                    trace.append((started, latencies[-1]))
                 problem = check(response)
                 if problem:
                     failures.append(problem)
@@ -112,11 +112,6 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - start
-    if trace:
-        for i in range(0, len(trace), max(1, len(trace) // 15)):
-            chunk = sorted(x[1] for x in trace[i : i + len(trace) // 15])
-            print(f"  t+{trace[i][0] - start:5.2f}s max {chunk[-1] * 1000:6.0f} ms"
-                  f" median {chunk[len(chunk) // 2] * 1000:6.0f} ms")
     return {
         "concurrency": concurrency,
         "requests": len(latencies),
@@ -124,6 +119,9 @@ async def run_level(base: str, requests: list[tuple], concurrency: int, max_seco
         "first_failure": failures[0] if failures else None,
         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "p90_ms": round(percentile(latencies, 90) * 1000, 1),
+        "p95_ms": round(percentile(latencies, 95) * 1000, 1),
+        "max_ms": round(max(latencies, default=0) * 1000, 1),
         "req_per_s": round(len(latencies) / wall, 1) if wall else 0.0,
     }
 
