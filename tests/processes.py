@@ -27,3 +27,23 @@ def child_env(**extra: str) -> dict[str, str]:
         "NO_PROXY": "127.0.0.1,localhost",
         **extra,
     }
+
+
+def wait_for_child_sessions_to_end(timeout: float = 15.0) -> None:
+    """PostgreSQL: wait until no other session uses the test database (children that were
+    killed leave theirs for a moment, and the test database cannot be dropped meanwhile).
+    No-op on SQLite."""
+    import time
+
+    if connection.vendor != "postgresql":
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0] == 0:
+                return
+        time.sleep(0.2)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.processes import child_env
+from tests.processes import child_env, wait_for_child_sessions_to_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,4 +72,20 @@ def test_two_web_processes_share_the_port_and_one_dying_stops_the_service(tmp_pa
             if serve.poll() is None:
                 serve.terminate()
                 serve.wait(20)
+    wait_for_child_sessions_to_end()
     assert "web1 exited" in log_path.read_text()
+
+
+def test_several_web_processes_refuse_a_port_something_already_listens_on():
+    from botadmin.management.commands.serve import _listeners
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    first = _listeners("127.0.0.1", port, 2)  # a running `serve --web-processes 2`
+    try:
+        with pytest.raises(CommandError, match="cannot listen"):
+            _listeners("127.0.0.1", port, 2)  # an old one left running, or a second start
+    finally:
+        for listener in first:
+            listener.close()

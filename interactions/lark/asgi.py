@@ -6,10 +6,14 @@ them sync-only `MiddlewareMixin`s, so a request hops between the event loop and 
 per-request thread about a dozen times (`ThreadSensitiveContext`), and none of that work
 (sessions, CSRF, messages, locale, clickjacking headers) applies to a signed server-to-server
 callback. `LarkCallbackApp` therefore answers exactly that route itself and hands everything else
-(any other path, any other method, a disallowed Host, a NUL in the path) to Django unchanged:
+(any other path, any other method, a NUL or control character in the path) to Django unchanged:
 
-1. the body is read from ASGI messages up to `DATA_UPLOAD_MAX_MEMORY_SIZE` (beyond it: 413
-   `too_large`, nothing read further, no side effect);
+1. the Host header is judged as Django judges it (`ALLOWED_HOSTS`; several Host headers are
+   refused): a disallowed one is answered 400 `disallowed_host` JSON with one warning line
+   (Django would answer an HTML page and log a traceback);
+   the body is taken from ASGI messages up to `DATA_UPLOAD_MAX_MEMORY_SIZE` (beyond it: 413
+   `too_large`, nothing parsed, no side effect; Daphne has buffered the whole body by then,
+   so cap request sizes at the proxy in front as well);
 2. one hop to a handler thread (`dispatcher.POOL`, through `dispatcher.run_in_worker`), which
    sends Django's `request_started` signal and calls the same view Django routes to,
    `interactions.lark.ingress.callback`, with an `ASGIRequest` (so headers, `request.body` and
@@ -44,7 +48,9 @@ from interactions.lark import dispatcher, ingress
 
 log = logging.getLogger(__name__)
 
-CALLBACK_PATH = re.compile(r"/lark/(?P<app_id>[^/\x00]+)/callback")
+#: The route; an app_id with a NUL or control character (%00, %0A) is left to Django's URL
+#: handling (404 / 400), so such a value never reaches a log line from here.
+CALLBACK_PATH = re.compile(r"/lark/(?P<app_id>[^/\x00-\x1f\x7f]+)/callback")
 
 
 def _allowed_hosts() -> list[str]:
@@ -57,11 +63,12 @@ def _allowed_hosts() -> list[str]:
 
 
 def _host_allowed(scope) -> bool:
-    host = ""
-    for name, value in scope.get("headers") or ():
-        if name == b"host":
-            host = value.decode("latin1")
-            break
+    """Django's Host check for this request: the Host header (several are joined, as Django
+    joins them, and so refused), else the server address."""
+    hosts = [
+        value.decode("latin1") for name, value in scope.get("headers") or () if name == b"host"
+    ]
+    host = ",".join(hosts)
     if not host:
         server = scope.get("server")
         host = str(server[0]) if server else ""
@@ -104,7 +111,7 @@ def _answer(scope, body: bytes, app_id: str) -> HttpResponseBase:
         request = ASGIRequest(scope, io.BytesIO(body))
         response = ingress.callback(request, app_id)
     except Exception:
-        log.exception("lark callback %s failed outside the dispatcher", app_id[:64])
+        log.exception("lark callback of %r failed outside the dispatcher", app_id[:64])
         response = ingress.AnswerResponse(
             {"error": "server_error", "detail": "Internal error; it has been logged."}, status=500
         )
@@ -129,8 +136,16 @@ def _close_when_done(future) -> None:
         dispatcher.POOL.submit(_close, future.result())
 
 
-def _json(status: int, code: str, detail: str) -> tuple[int, bytes]:
-    return status, json.dumps({"error": code, "detail": detail}).encode()
+async def _send_json(send, status: int, code: str, detail: str) -> None:
+    """Answer `{"error": code, "detail": detail}` with HTTP `status`."""
+    payload = json.dumps({"error": code, "detail": detail}).encode()
+    headers = [
+        (b"Content-Type", b"application/json"),
+        (b"Content-Length", str(len(payload)).encode()),
+        (b"X-Content-Type-Options", b"nosniff"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class LarkCallbackApp:
@@ -146,24 +161,20 @@ class LarkCallbackApp:
 
     async def __call__(self, scope, receive, send):
         match = None
-        if scope["type"] == "http" and scope.get("method") == "POST":
+        if scope["type"] == "http" and str(scope.get("method", "")).upper() == "POST":
             match = CALLBACK_PATH.fullmatch(scope.get("path", ""))
-        if match is None or not _host_allowed(scope):
+        if match is None:
             return await self.app(scope, receive, send)
+        if not _host_allowed(scope):
+            log.warning("lark callback refused: Host header not in ALLOWED_HOSTS")
+            await _send_json(send, 400, "disallowed_host", "The Host header is not allowed.")
+            return
         try:
             body = await _read_body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         except _Disconnected:
             return
         except _TooLarge:
-            status, payload = _json(413, "too_large", "The body is too large.")
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [(b"Content-Type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": payload})
+            await _send_json(send, 413, "too_large", "The body is too large.")
             return
         loop = asyncio.get_running_loop()
         app_id = match.group("app_id")
@@ -174,7 +185,7 @@ class LarkCallbackApp:
             response = await asyncio.wait_for(asyncio.shield(work), dispatcher.budget())
         except TimeoutError:
             log.warning(
-                "lark callback of %s ran past the %.1fs budget; answered with an info toast",
+                "lark callback of %r ran past the %gs budget; answered with an info toast",
                 app_id[:64],
                 dispatcher.budget(),
             )

@@ -172,7 +172,7 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
                 "X-Lark-Request-Timestamp, -Nonce and X-Lark-Signature are required.",
             )
         if (
-            not timestamp.isdigit()
+            not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12)
             or abs(time.time() - int(timestamp)) > inbound.MAX_REQUEST_AGE.total_seconds()
         ):
             _reject(
@@ -272,6 +272,8 @@ class AnswerResponse(JsonResponse):
     def __init__(self, data: dict[str, Any], *, status: int, after_answer=None):
         super().__init__(data, status=status, json_dumps_params={"ensure_ascii": False})
         self["Content-Type"] = "application/json"
+        self["Content-Length"] = str(len(self.content))
+        self["X-Content-Type-Options"] = "nosniff"
         self._after_answer = after_answer
 
     def close(self) -> None:

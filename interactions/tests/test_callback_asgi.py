@@ -71,7 +71,7 @@ async def test_callback_is_answered_outside_the_middleware_stack_with_django_req
     assert headers["content-type"] == "application/json"
     assert json.loads(body)["toast"]["type"] == "success"
     # XFrameOptionsMiddleware / SecurityMiddleware headers are what Django's stack adds
-    assert "x-frame-options" not in headers and "x-content-type-options" not in headers
+    assert "x-frame-options" not in headers and "referrer-policy" not in headers
     assert seen == ["started", "finished"]
     status, headers, _ = await _request("GET", "/healthz")
     assert status == 200 and headers.get("x-frame-options") == "DENY"  # others still get them
@@ -140,3 +140,96 @@ async def test_click_past_the_budget_gets_info_toast_then_its_update_is_released
     assert row is not None and row.hold_token == "" and row.next_attempt_at <= timezone.now()
     event = await InboundEvent.objects.aget()
     assert event.answer["toast"]["type"] == "success"  # the dedupe row has the real answer
+
+
+@pytest.mark.parametrize("timestamp", ["9" * 5000, "\u00b2", "１７００"])
+async def test_timestamp_that_int_cannot_read_is_401_stale_request_without_traceback(
+    lark_bot, caplog, timestamp
+):
+    raw, sent = seal(feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY)
+    sent["X-Lark-Request-Timestamp"] = timestamp
+    headers = [(b"host", b"testserver")] + [
+        (k.lower().encode(), v.encode("utf-8")) for k, v in sent.items()
+    ]
+    from botadmin.asgi import application
+
+    communicator = HttpCommunicator(
+        application, "POST", f"/lark/{lark_bot.app_id}/callback", body=raw, headers=headers
+    )
+    response = await communicator.get_response(timeout=10)
+    await communicator.wait(timeout=10)
+    assert response["status"] == 401
+    assert json.loads(response["body"])["error"] == "stale_request"
+    assert not [r for r in caplog.records if r.exc_info], "traceback logged for bad input"
+
+
+@pytest.mark.parametrize("debug", [False, True])
+async def test_disallowed_host_on_the_callback_is_400_json_with_one_line_and_no_traceback(
+    lark_bot, settings, caplog, debug
+):
+    settings.DEBUG = debug
+    settings.ALLOWED_HOSTS = ["cardloop.example"]
+    status, headers, body = await _click(lark_bot.app_id, headers={"Host": "evil.example"})
+    assert (status, headers["content-type"]) == (400, "application/json")
+    assert json.loads(body)["error"] == "disallowed_host"
+    assert not [r for r in caplog.records if r.exc_info]
+    assert not await InboundEvent.objects.aexists()
+
+
+async def test_several_host_headers_are_refused_like_django_refuses_them(
+    lark_bot, register_card_handler, settings
+):
+    settings.ALLOWED_HOSTS = ["cardloop.example"]
+    calls = []
+    register_card_handler("feedback", lambda action: calls.append(action))
+    raw, sent = seal(feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY)
+    from botadmin.asgi import application
+
+    communicator = HttpCommunicator(
+        application,
+        "POST",
+        f"/lark/{lark_bot.app_id}/callback",
+        body=raw,
+        headers=[(b"host", b"cardloop.example"), (b"host", b"evil.example")]
+        + [(k.lower().encode(), v.encode()) for k, v in sent.items()],
+    )
+    response = await communicator.get_response(timeout=10)
+    await communicator.wait(timeout=10)
+    assert response["status"] == 400
+    assert calls == [] and not await InboundEvent.objects.aexists()
+
+
+async def test_control_characters_in_the_app_id_never_reach_a_log_line(db, caplog):
+    # Daphne hands the app the percent-decoded path: %0A arrives as a newline
+    status, _, body = await _request(
+        "POST", "/lark/x\n2026-12-01 12:00:00,000 ERROR forged: y/callback", b"{}"
+    )
+    assert status == 404 and json.loads(body)["error"] == "unknown_app"
+    assert not [r for r in caplog.records if "\n" in r.getMessage()]
+
+
+async def test_budget_warning_names_the_app_id_quoted(
+    lark_bot, register_card_handler, settings, caplog
+):
+    settings.CARDLOOP_CALLBACK_BUDGET = 0.2
+    register_card_handler(
+        "feedback", lambda action: time.sleep(0.6) or registry.Answer.success("Recorded")
+    )
+    status, _, body = await _click(lark_bot.app_id)
+    assert status == 200 and json.loads(body)["toast"]["type"] == "info"
+    (warning,) = [r for r in caplog.records if "ran past" in r.getMessage()]
+    assert f"{lark_bot.app_id!r} ran past the 0.2s budget" in warning.getMessage()
+    for _ in range(100):  # let the handler finish before the test database goes away
+        await sync_to_async(connections.close_all)()
+        if await InboundEvent.objects.filter(status=InboundEvent.Status.ANSWERED).aexists():
+            break
+        time.sleep(0.05)
+
+
+async def test_lower_case_post_takes_the_callback_route(lark_bot, register_card_handler):
+    register_card_handler("feedback", lambda action: registry.Answer.success("Recorded"))
+    raw, sent = seal(feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY)
+    status, headers, body = await _request("post", f"/lark/{lark_bot.app_id}/callback", raw, sent)
+    assert status == 200 and json.loads(body)["toast"]["type"] == "success"
+    assert "x-frame-options" not in headers  # not through Django's middleware
+    assert headers["content-length"] == str(len(body))

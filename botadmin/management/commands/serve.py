@@ -118,8 +118,16 @@ class Command(BaseCommand):
 
 def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
     """`count` listening TCP sockets on (`host`, `port`) with SO_REUSEPORT (Linux, BSD, macOS).
-    Raises CommandError when the address cannot be bound."""
+    Raises CommandError when the address cannot be bound or something already listens there."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # SO_REUSEPORT would also join sockets another process (an old or second `serve`) already
+    # listens on, which then silently takes part of the traffic: a plain bind first fails there
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sockets = []
     try:
         for _ in range(count):
