@@ -50,25 +50,3 @@ def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
     text = log_path.read_text()
     assert '"GET /healthz?…" 200' in text, text[-2000:]
     assert "ou_secret_probe" not in text
-
-
-@pytest.mark.parametrize(("raw", "seconds"), [("", 0.0005), ("2", 0.002), ("0.25", 0.00025)])
-def test_gil_switch_interval_is_read_in_milliseconds(monkeypatch, raw, seconds):
-    from botadmin.webserver import gil_switch_interval
-
-    monkeypatch.setenv("CARDLOOP_GIL_SWITCH_INTERVAL", raw)
-    assert gil_switch_interval() == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize("raw", ["0", "-1", "fast", "nan"])
-def test_bad_gil_switch_interval_stops_the_web_server_with_a_message(raw):
-    process = subprocess.run(
-        [sys.executable, "-m", "botadmin.webserver", "botadmin.asgi:application"],
-        env=child_env(CARDLOOP_GIL_SWITCH_INTERVAL=raw),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert process.returncode != 0
-    assert "CARDLOOP_GIL_SWITCH_INTERVAL must be a positive number" in process.stderr
-    assert "Traceback" not in process.stderr
