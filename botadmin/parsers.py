@@ -23,6 +23,25 @@ def loads_untrusted(data: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+def contains_nul(value: Any) -> bool:
+    """True when a NUL character (U+0000) is in any string of parsed JSON `value` (keys
+    included). PostgreSQL text cannot store one (`DataError`), so input that would reach the
+    database is refused with a clear answer before any write. Walks iteratively (no recursion
+    limit)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, with JSON nested deeper than Python's recursion limit (about 1000
     levels) answered as a parse error (400 `bad_request`) instead of escaping as a

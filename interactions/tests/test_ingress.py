@@ -577,3 +577,32 @@ async def test_card_action_through_the_asgi_application_is_answered_with_json(
         lark_bot.app_id, feishu.payload("url_verification")
     )
     assert (status, answer) == (200, {"challenge": "ajls384kdjx98XX"})
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["event.action.value.delivery", "header.event_id", "event.operator.open_id", "event.token"],
+)
+def test_nul_anywhere_in_a_card_action_gets_a_warning_toast_and_nothing_is_written(
+    lark_callback, register_card_handler, caplog, path
+):
+    calls = []
+    register_card_handler("feedback", lambda action: calls.append(action))
+    response = lark_callback(feishu.payload("card_action_feedback_click", {path: "x\x00y"}))
+    answer = _assert_json(response)
+    assert answer["toast"]["type"] == "warning"
+    assert answer["toast"]["i18n"]["zh_cn"] == "请求中包含 Cardloop 无法接受的字符。"
+    assert calls == [] and not InboundEvent.objects.exists()
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_event_with_a_nul_is_acked_and_dropped_without_a_traceback(
+    lark_callback, register_card_handler, caplog
+):
+    seen = []
+    register_card_handler.event("im.message.receive_v1", seen.append)
+    payload = feishu.payload("im_message_receive", {"header.event_id": "ev\x00"})
+    response = lark_callback(payload)
+    assert response.status_code == 200
+    assert seen == [] and not InboundEvent.objects.exists()
+    assert not [r for r in caplog.records if r.exc_info]
