@@ -47,3 +47,24 @@ def wait_for_child_sessions_to_end(timeout: float = 15.0) -> None:
             if cursor.fetchone()[0] == 0:
                 return
         time.sleep(0.2)
+
+
+def wait_until_serving(url: str, process, log_path, *, timeout: float = 90.0) -> None:
+    """Poll `url` (a full URL, e.g. `…/healthz`) until it answers 200. Fails the test with the
+    tail of `log_path` when `process` (a `subprocess.Popen`) exits first, and after `timeout`
+    seconds."""
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, Path(log_path).read_text(errors="replace")[-3000:]
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not answer within {timeout:.0f} s"
+        time.sleep(0.3)

@@ -7,14 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.processes import child_env, wait_for_child_sessions_to_end
+from tests.processes import child_env, wait_for_child_sessions_to_end, wait_until_serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,16 +51,7 @@ def test_two_web_processes_share_the_port_and_one_dying_stops_the_service(tmp_pa
             stderr=subprocess.STDOUT,
         )
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert serve.poll() is None, log_path.read_text()[-2000:]
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "the web processes did not start"
-                time.sleep(0.3)
+            wait_until_serving(f"http://127.0.0.1:{port}/healthz", serve, log_path)
             webs = _children(serve.pid)
             assert len(webs) == 2, log_path.read_text()[-2000:]
             for _ in range(20):  # a new connection each time: the kernel picks a process

@@ -6,12 +6,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
-from tests.processes import child_env
+from tests.processes import child_env, wait_until_serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,17 +31,7 @@ def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
         )
         sock.close()
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert process.poll() is None, log_path.read_text()[-2000:]
-                try:
-                    answer = httpx.get(f"{url}/healthz?open_id=ou_secret_probe", timeout=2)
-                    if answer.status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "the web server did not start"
-                time.sleep(0.3)
+            wait_until_serving(f"{url}/healthz?open_id=ou_secret_probe", process, log_path)
         finally:
             process.terminate()
             process.wait(10)

@@ -26,7 +26,7 @@ from feedback import deliveries
 from feedback.models import Revision
 from interactions.lark.signing import seal
 from tests import feishu
-from tests.processes import child_env
+from tests.processes import child_env, wait_until_serving
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -61,16 +61,7 @@ def pooled_daphne(lark_bot, tmp_path):
     )
     sock.close()
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, log_path.read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "daphne did not start"
-            time.sleep(0.3)
+        wait_until_serving(f"{url}/healthz", process, log_path)
         yield url
     finally:
         process.terminate()

@@ -144,23 +144,16 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
         log.warning("card action of %s carries a NUL character; refused", bot.app_id)
         return _toast("warning", _("This request contains characters Cardloop cannot accept."))
     hold = cards.Hold()
-    if _in_worker.get():
-        try:
-            answer = _answer_card_action(bot, payload, hold)
-        except Exception:
-            log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
-            answer = _toast(
-                "error", _("Something went wrong while handling your click. Please try again.")
-            )
-        _after_answer.set(functools.partial(cards.release_holds, hold))
-        return answer
-    _release_caller_connection()
-    future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
     try:
-        answer = future.result(timeout=budget())
+        if _in_worker.get():
+            answer = _answer_card_action(bot, payload, hold)
+        else:
+            _release_caller_connection()
+            future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
+            answer = future.result(timeout=budget())
     except FutureTimeout:
         log.warning(
-            "card action %s of %s ran past the %.1fs budget; answered with an info toast",
+            "card action %s of %s ran past the %gs budget; answered with an info toast",
             _event_id(payload),
             bot.app_id,
             budget(),

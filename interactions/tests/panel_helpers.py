@@ -72,11 +72,8 @@ class Daphnes:
         import socket
         import subprocess
         import sys
-        import time
 
-        import httpx
-
-        from tests.processes import child_env
+        from tests.processes import child_env, wait_until_serving
 
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
@@ -101,16 +98,8 @@ class Daphnes:
         sock.close()
         log.close()
         self.processes[name] = process
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "daphne did not start"
-            time.sleep(0.3)
+        wait_until_serving(f"{url}/healthz", process, log_path)
+        return url
 
     def kill(self, name: str) -> None:
         """SIGKILL: the process dies without running any disconnect handler."""

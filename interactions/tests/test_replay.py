@@ -173,11 +173,8 @@ def daphne(lark_bot, tmp_path):
     import socket
     import subprocess
     import sys
-    import time
 
-    import httpx
-
-    from tests.processes import child_env
+    from tests.processes import child_env, wait_until_serving
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -194,16 +191,7 @@ def daphne(lark_bot, tmp_path):
     )
     sock.close()
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, (tmp_path / "daphne.log").read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "daphne did not start"
-            time.sleep(0.3)
+        wait_until_serving(f"{url}/healthz", process, tmp_path / "daphne.log")
         yield url
     finally:
         process.terminate()
