@@ -11,16 +11,16 @@ callback. `LarkCallbackApp` therefore answers exactly that route itself and hand
 1. the Host header is judged as Django judges it (`ALLOWED_HOSTS`; several Host headers are
    refused): a disallowed one is answered 400 `disallowed_host` JSON with one warning line
    (Django would answer an HTML page and log a traceback);
-   the body is taken from ASGI messages up to `DATA_UPLOAD_MAX_MEMORY_SIZE` (beyond it: 413
+2. the body is taken from ASGI messages up to `DATA_UPLOAD_MAX_MEMORY_SIZE` (beyond it: 413
    `too_large`, nothing parsed, no side effect; Daphne has buffered the whole body by then,
    so cap request sizes at the proxy in front as well);
-2. one hop to a handler thread (`dispatcher.POOL`, through `dispatcher.run_in_worker`), which
+3. one hop to a handler thread (`dispatcher.POOL`, through `dispatcher.run_in_worker`), which
    sends Django's `request_started` signal and calls the same view Django routes to,
    `interactions.lark.ingress.callback`, with an `ASGIRequest` (so headers, `request.body` and
    the answer are exactly what Django would produce); the dispatcher runs the handler in that
    same thread, and the event loop keeps the budget: past `dispatcher.budget()` (2.5 s) the
    answer is the "still working" info toast while the thread finishes;
-3. the answer is sent, and only then `response.close()` runs in a handler thread: the held
+4. the answer is sent, and only then `response.close()` runs in a handler thread: the held
    card updates are released (Feishu applies nothing sent before the callback answer,
    feishu.md §3) and `request_finished` tidies the database connections, as Django does
    after every response.
