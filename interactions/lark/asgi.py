@@ -20,10 +20,12 @@ callback. `LarkCallbackApp` therefore answers exactly that route itself and hand
    the answer are exactly what Django would produce); the dispatcher runs the handler in that
    same thread, and the event loop keeps the budget: past `dispatcher.budget()` (2.5 s) the
    answer is the "still working" info toast while the thread finishes;
-4. the answer is sent, and only then `response.close()` runs in a handler thread: the held
-   card updates are released (Feishu applies nothing sent before the callback answer,
-   feishu.md §3) and `request_finished` tidies the database connections, as Django does
-   after every response.
+4. the answer is sent, and only then `response.close()` runs, in the same handler thread and
+   on the same database connection: the held card updates are released (Feishu applies
+   nothing sent before the callback answer, feishu.md §3) and `request_finished` tidies the
+   database connections, as Django does after every response. The thread waits for the
+   loop's "sent" (a few hundred microseconds) rather than handing the close to a second
+   thread, which would take a second connection from the pool (and its health check).
 
 Django's URL route for the view stays (WSGI servers, the test client); this app is what
 `botadmin.asgi.application` serves it through.
@@ -36,6 +38,7 @@ import io
 import json
 import logging
 import re
+import threading
 
 from django.conf import settings
 from django.core import signals
@@ -102,21 +105,25 @@ async def _read_body(receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
+#: How long a handler thread waits for the event loop to send its answer before it runs the
+#: after-answer action anyway (only a stuck loop takes longer than a millisecond or so).
+SEND_WAIT_SECONDS = 30.0
+
+
 def _answer(scope, body: bytes, app_id: str) -> HttpResponseBase:
-    """Run the callback view for one request in this thread (Django's `request_started` first,
-    the thread's database connections closed after: given back to the pool on PostgreSQL).
-    Never raises: an unexpected error is logged and answered 500 JSON."""
-    signals.request_started.send(sender=LarkCallbackApp, scope=scope)
+    """Run the callback view for one request in this thread (Django's `request_started` first).
+    Never raises: an unexpected error is logged and answered 500 JSON. The thread's database
+    connections stay open for `_close` (the caller closes them)."""
     try:
+        signals.request_started.send(sender=LarkCallbackApp, scope=scope)
         request = ASGIRequest(scope, io.BytesIO(body))
         response = ingress.callback(request, app_id)
     except Exception:
         log.exception("lark callback of %r failed outside the dispatcher", app_id[:64])
+        connections.close_all()  # whatever state the failure left them in
         response = ingress.AnswerResponse(
             {"error": "server_error", "detail": "Internal error; it has been logged."}, status=500
         )
-    finally:
-        connections.close_all()
     response._handler_class = LarkCallbackApp
     return response
 
@@ -130,10 +137,28 @@ def _close(response: HttpResponseBase) -> None:
         log.exception("closing a lark callback response failed")
 
 
-def _close_when_done(future) -> None:
-    """A callback answered with `still_working()`: close its real response once it exists."""
-    if not future.cancelled() and future.exception() is None:
-        dispatcher.POOL.submit(_close, future.result())
+def _hand_over(answered: asyncio.Future, response: HttpResponseBase) -> None:
+    if not answered.done():
+        answered.set_result(response)
+
+
+def _answer_send_close(
+    scope, body: bytes, app_id: str, loop, answered: asyncio.Future, sent: threading.Event
+) -> None:
+    """Handler thread, start to end of one callback: the view's answer is handed to the event
+    loop (`answered`), the thread waits until the loop has sent it (`sent`; set at once when
+    the budget answer went out instead), then closes the response on the same connection.
+    Never raises."""
+    response = _answer(scope, body, app_id)
+    try:
+        loop.call_soon_threadsafe(_hand_over, answered, response)
+        if not sent.wait(SEND_WAIT_SECONDS):
+            log.warning("lark callback of %r: the answer was not sent in time", app_id[:64])
+    except RuntimeError:  # the event loop is closed: the server is stopping
+        log.warning("lark callback of %r: the server stopped before the answer", app_id[:64])
+    finally:
+        _close(response)
+        connections.close_all()
 
 
 async def _send_json(send, status: int, code: str, detail: str) -> None:
@@ -178,18 +203,28 @@ class LarkCallbackApp:
             return
         loop = asyncio.get_running_loop()
         app_id = match.group("app_id")
+        answered = loop.create_future()
+        sent = threading.Event()
         work = loop.run_in_executor(
-            dispatcher.POOL, dispatcher.run_in_worker, _answer, scope, body, app_id
+            dispatcher.POOL,
+            dispatcher.run_in_worker,
+            _answer_send_close,
+            scope,
+            body,
+            app_id,
+            loop,
+            answered,
+            sent,
         )
         try:
-            response = await asyncio.wait_for(asyncio.shield(work), dispatcher.budget())
+            response = await asyncio.wait_for(asyncio.shield(answered), dispatcher.budget())
         except TimeoutError:
             log.warning(
                 "lark callback of %r ran past the %gs budget; answered with an info toast",
                 app_id[:64],
                 dispatcher.budget(),
             )
-            work.add_done_callback(_close_when_done)
+            sent.set()  # the thread closes its response (after-answer action) when it is done
             await _SEND_RESPONSE.send_response(
                 ingress.AnswerResponse(dispatcher.still_working(), status=200), send
             )
@@ -197,7 +232,8 @@ class LarkCallbackApp:
         try:
             await _SEND_RESPONSE.send_response(response, send)
         finally:
-            await loop.run_in_executor(dispatcher.POOL, _close, response)
+            sent.set()
+            await work
 
 
 class _SendResponse(ASGIHandler):

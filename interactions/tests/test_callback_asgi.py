@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import HttpCommunicator
 from django.core import signals
 from django.db import connections
+from django.db.backends.signals import connection_created as connection_created_signal
 from django.utils import timezone
 
 from interactions import cards, registry
@@ -233,3 +234,75 @@ async def test_lower_case_post_takes_the_callback_route(lark_bot, register_card_
     assert status == 200 and json.loads(body)["toast"]["type"] == "success"
     assert "x-frame-options" not in headers  # not through Django's middleware
     assert headers["content-length"] == str(len(body))
+
+
+async def test_held_update_is_released_after_the_answer_on_the_connection_the_click_used(
+    lark_stub, lark_bot, register_card_handler, monkeypatch
+):
+    from botadmin.asgi import application
+
+    entity = await sync_to_async(cards.send_card)(
+        lark_bot, feedback_card(), receive_id="oc_group_chat"
+    )
+    threads = {}
+
+    def handler(action):
+        threads["handler"] = threading.get_ident()
+        cards.enqueue_elements(entity, {"fb_prompt": md("chosen")})
+        return registry.Answer.success("Recorded")
+
+    real_release = cards.release_holds
+
+    def release(hold):
+        threads["release"] = threading.get_ident()
+        return real_release(hold)
+
+    monkeypatch.setattr(cards, "release_holds", release)
+    register_card_handler("feedback", handler)
+    raw, headers = seal(
+        feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY
+    )
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/lark/{lark_bot.app_id}/callback",
+        "raw_path": f"/lark/{lark_bot.app_id}/callback".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")]
+        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+    held_when_sent = []
+    opened = []
+
+    def connection_created(**kwargs):
+        opened.append(threading.get_ident())
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.body":
+            held_when_sent.append((json.loads(message["body"]), "release" not in threads))
+
+    await sync_to_async(connections.close_all)()
+    connection_created_signal.connect(connection_created)
+    try:
+        await application(scope, receive, send)
+    finally:
+        connection_created_signal.disconnect(connection_created)
+    ((answer, still_held),) = held_when_sent
+    assert answer["toast"]["type"] == "success"
+    assert still_held  # Feishu applies nothing sent before the callback answer
+    # one database connection for the click and the release after it (on PostgreSQL: one
+    # checkout from the pool and its health check, not two)
+    assert opened == [threads["handler"]]
+    row = await CardUpdate.objects.filter(card=entity).aget()
+    assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
+    assert threads["release"] == threads["handler"]
