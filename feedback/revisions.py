@@ -44,7 +44,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -153,29 +153,38 @@ def _not_allowed_message(snapshot: dict[str, Any]):
 
 
 def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
-    """The delivery row of `bot`, locked, if the click came from its message."""
+    """The delivery row of `bot`, locked, if the click came from its message, with its
+    current revision read after the lock (so a click that waited for the lock sees the
+    revision the previous click appended).
+
+    The lock is one hand-written statement (`SELECT … FOR UPDATE` on PostgreSQL; SQLite has
+    one writer at a time): built by the ORM it cost about 0.6 ms of CPU on every click."""
     if not isinstance(delivery_id, str) or not delivery_id:
         return None
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    table = connection.ops.quote_name(Delivery._meta.db_table)
     delivery = next(
         iter(
-            Delivery.objects.select_for_update(of=("self",))
-            .select_related("current_revision")
-            .filter(bot=bot, delivery_id=delivery_id)[:1]
+            Delivery.objects.raw(
+                f"SELECT * FROM {table} WHERE bot_id = %s AND delivery_id = %s "  # noqa: S608
+                f"LIMIT 1{lock}",
+                [bot.pk, delivery_id],
+            )
         ),
         None,
     )
     if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
         return None
-    joined = delivery.current_revision  # cached by select_related: no query
-    if delivery.current_revision_id and (
-        joined is None or joined.pk != delivery.current_revision_id
-    ):
-        # A click that waited for the row lock: PostgreSQL re-reads the locked row but not what
-        # it was joined with (EvalPlanQual), so the joined revision is from before the wait.
-        delivery.current_revision = Revision.objects.get(pk=delivery.current_revision_id)
     delivery.bot = bot  # the row was selected by this bot: no second query for it
     if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
         return None
+    # read after the lock: PostgreSQL re-checks a row it waited for but would not re-read
+    # a join (EvalPlanQual), so the revision is never joined into the locking statement
+    delivery.current_revision = (
+        Revision.objects.get(pk=delivery.current_revision_id)
+        if delivery.current_revision_id
+        else None
+    )
     return delivery
 
 
@@ -287,7 +296,19 @@ def _move_forward(delivery: Delivery, revision: Revision) -> None:
             updated_at=revision.created_at,
         )
     delivery.current_revision = revision
-    delivery.save(update_fields=["current_revision", "updated_at"])
+    delivery.updated_at = timezone.now()
+    # = delivery.save(update_fields=["current_revision", "updated_at"]), hand-written: on
+    # every click, and the ORM's UPDATE took more CPU than the statement
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {connection.ops.quote_name(Delivery._meta.db_table)} "  # noqa: S608
+            "SET current_revision_id = %s, updated_at = %s WHERE id = %s",
+            [
+                revision.pk,
+                connection.ops.adapt_datetimefield_value(delivery.updated_at),
+                delivery.pk,
+            ],
+        )
     emit_feedback_revised(revision)
     repaint(delivery)
 

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import OuterRef, Subquery
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
@@ -77,9 +76,19 @@ def holding(hold: Hold) -> Iterator[Hold]:
 def release_holds(hold: Hold) -> int:
     """The answer was sent: make the updates held by `hold` due now. Returns how many rows."""
     hold.released = True
-    return CardUpdate.objects.filter(hold_token=hold.token, status=WorkStatus.PENDING).update(
-        hold_token="", next_attempt_at=timezone.now()
-    )
+    # hand-written: runs after every click's answer, and the ORM's UPDATE took more CPU than
+    # the statement itself (same columns and WHERE as `.filter(...).update(...)`)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_quoted(CardUpdate)} SET hold_token = '', next_attempt_at = %s "  # noqa: S608
+            "WHERE hold_token = %s AND status = %s",
+            [
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+                hold.token,
+                WorkStatus.PENDING,
+            ],
+        )
+        return cursor.rowcount
 
 
 def send_card(
@@ -258,7 +267,33 @@ def enqueue_elements_for_card_id(
     if not card_id:
         raise ValueError("element updates need a CardKit card entity (card_id)")
     _check_elements(elements)
-    return _enqueue(CardEntity.objects.for_card_id(bot, card_id), None, dict(elements), None)
+    return _enqueue((bot, card_id), None, dict(elements), None)
+
+
+def _quoted(model) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _locked_with_pending(card: CardEntity | tuple[Any, str]) -> CardEntity | None:
+    """`card` (an entity, or `(bot, card_id)`) read again and locked, with `pending_pk`: the id
+    of its pending update or None. Call inside a transaction.
+
+    One hand-written statement (PostgreSQL: `FOR UPDATE OF` the entity only; SQLite has one
+    writer at a time): building it with the ORM (`select_for_update(of=…)` + a `Subquery`
+    annotation) cost about 0.9 ms of CPU per click, the statement itself a tenth of that.
+    """
+    if isinstance(card, CardEntity):
+        where, params = "e.id = %s", [card.pk]
+    else:
+        bot, card_id = card
+        where, params = "e.bot_id = %s AND e.card_id = %s", [bot.pk, card_id]
+    lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
+    sql = (
+        f"SELECT e.*, (SELECT u.id FROM {_quoted(CardUpdate)} u "  # noqa: S608 - our tables
+        "WHERE u.card_id = e.id AND u.status = %s LIMIT 1) AS pending_pk "
+        f"FROM {_quoted(CardEntity)} e WHERE {where} LIMIT 1{lock}"
+    )
+    return next(iter(CardEntity.objects.raw(sql, [WorkStatus.PENDING, *params])), None)
 
 
 def _check_elements(elements: dict[str, dict[str, Any]]) -> None:
@@ -272,31 +307,22 @@ def _check_elements(elements: dict[str, dict[str, Any]]) -> None:
 
 
 def _enqueue(
-    card: CardEntity | Any,
+    card: CardEntity | tuple[Any, str],
     card_json: dict[str, Any] | None,
     elements: dict[str, dict[str, Any]],
     version: int | None,
     *,
     renderer: str = "",
 ) -> CardUpdate | None:
-    """Queue one update of `card` (a CardEntity, or a queryset of at most one); None when
-    dropped (older `version`) or when the queryset finds no card."""
+    """Queue one update of `card` (a CardEntity, or `(bot, card_id)`); None when dropped
+    (older `version`) or when there is no such card."""
     hold = _current_hold.get()
     held = hold is not None and not hold.released
-    target = CardEntity.objects.filter(pk=card.pk) if isinstance(card, CardEntity) else card
-    pending_pk = CardUpdate.objects.filter(card=OuterRef("pk"), status=WorkStatus.PENDING)
     # joins the caller's transaction without a savepoint (nothing here is caught and retried:
     # an error rolls the caller back with it); on its own it is one transaction
     with transaction.atomic(savepoint=False):
         # one statement: the card, locked, and the id of its pending update if there is one
-        locked = next(
-            iter(
-                target.select_for_update(of=("self",)).annotate(
-                    pending_pk=Subquery(pending_pk.values("pk")[:1])
-                )[:1]
-            ),
-            None,
-        )
+        locked = _locked_with_pending(card)
         if locked is None:
             return None
         if version is not None:

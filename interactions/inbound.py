@@ -65,11 +65,19 @@ def claim_event(bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool
 def finish_event(row: InboundEvent, answer: dict[str, Any] | None) -> None:
     """Mark `row` answered and keep the toast of `answer` (never its card)."""
     toast = (answer or {}).get("toast")
-    InboundEvent.objects.filter(pk=row.pk).update(
-        status=InboundEvent.Status.ANSWERED,
-        answer={"toast": toast} if toast else {},
-        finished_at=timezone.now(),
-    )
+    # = `.filter(pk=row.pk).update(...)`, hand-written like `claim_event`: once per callback
+    answer_field = InboundEvent._meta.get_field("answer")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {connection.ops.quote_name(InboundEvent._meta.db_table)} "  # noqa: S608
+            "SET status = %s, answer = %s, finished_at = %s WHERE id = %s",
+            [
+                InboundEvent.Status.ANSWERED,
+                answer_field.get_db_prep_save({"toast": toast} if toast else {}, connection),
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+                row.pk,
+            ],
+        )
 
 
 def duplicate_answer(row: InboundEvent) -> dict[str, Any]:
