@@ -32,6 +32,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, Max, Value, When
 from django.utils import timezone
 
+from botadmin.db.rows import insert_row
 from feedback.models import Event
 
 #: Private data keys accepted by `emit(private=…)` → the `WebhookDestination` flag that opts a
@@ -140,7 +141,7 @@ def emit(
         created_at=time,
     )
     if fresh_id:
-        event = Event.objects.create(**fields)
+        event = insert_row(Event(**fields))
     else:
         try:
             with transaction.atomic():

@@ -49,6 +49,7 @@ from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from botadmin.db.rows import insert_row
 from feedback import cards as feedback_cards
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
@@ -256,19 +257,21 @@ def _append(
     the chain under it, so the unique columns (`callback_key`; delivery, operator, revision)
     cannot be taken by a concurrent click. If they were, IntegrityError rolls the whole click
     back and the dispatcher answers an error toast — nothing half-written."""
-    return Revision.objects.create(
-        revision_id=f"fb_{uuid.uuid4().hex}",
-        delivery=delivery,
-        operator_open_id=operator,
-        revision=(previous.revision + 1) if previous else 1,
-        verdict_key=verdict_key,
-        semantic=semantic,
-        reason_key=reason_key,
-        comment=comment,
-        callback_key=key,
-        supersedes=previous,
-        source=Revision.Source.CARD,
-        created_at=timezone.now(),
+    return insert_row(
+        Revision(
+            revision_id=f"fb_{uuid.uuid4().hex}",
+            delivery=delivery,
+            operator_open_id=operator,
+            revision=(previous.revision + 1) if previous else 1,
+            verdict_key=verdict_key,
+            semantic=semantic,
+            reason_key=reason_key,
+            comment=comment,
+            callback_key=key,
+            supersedes=previous,
+            source=Revision.Source.CARD,
+            created_at=timezone.now(),
+        )
     )
 
 
@@ -286,14 +289,16 @@ def _move_forward(delivery: Delivery, revision: Revision) -> None:
         updated_at=revision.created_at,
     )
     if not updated:
-        LatestFeedback.objects.create(
-            delivery=delivery,
-            operator_open_id=revision.operator_open_id,
-            revision=revision,
-            semantic=revision.semantic,
-            verdict_key=revision.verdict_key,
-            reason_key=revision.reason_key,
-            updated_at=revision.created_at,
+        insert_row(
+            LatestFeedback(
+                delivery=delivery,
+                operator_open_id=revision.operator_open_id,
+                revision=revision,
+                semantic=revision.semantic,
+                verdict_key=revision.verdict_key,
+                reason_key=revision.reason_key,
+                updated_at=revision.created_at,
+            )
         )
     delivery.current_revision = revision
     delivery.updated_at = timezone.now()

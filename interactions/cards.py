@@ -33,6 +33,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from botadmin.db.rows import insert_row
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
 from interactions.models import CardEntity, CardUpdate
 from interactions.workqueue import WorkStatus
@@ -344,13 +345,15 @@ def _enqueue(
             else None
         )
         if pending is None:
-            return CardUpdate.objects.create(
-                card=locked,
-                card_json=card_json,
-                elements=elements,
-                renderer=renderer,
-                next_attempt_at=due,
-                hold_token=hold.token if held else "",
+            return insert_row(
+                CardUpdate(
+                    card=locked,
+                    card_json=card_json,
+                    elements=elements,
+                    renderer=renderer,
+                    next_attempt_at=due,
+                    hold_token=hold.token if held else "",
+                )
             )
         if renderer:  # a rendered whole card replaces everything pending
             merged_card, merged_elements, dropped = None, {}, set()
