@@ -217,23 +217,29 @@ class LarkCallbackApp:
             sent,
         )
         try:
-            response = await asyncio.wait_for(asyncio.shield(answered), dispatcher.budget())
-        except TimeoutError:
-            log.warning(
-                "lark callback of %r ran past the %gs budget; answered with an info toast",
-                app_id[:64],
-                dispatcher.budget(),
-            )
-            sent.set()  # the thread closes its response (after-answer action) when it is done
-            await _SEND_RESPONSE.send_response(
-                ingress.AnswerResponse(dispatcher.still_working(), status=200), send
-            )
-            return
-        try:
-            await _SEND_RESPONSE.send_response(response, send)
-        finally:
-            sent.set()
+            try:
+                response = await asyncio.wait_for(asyncio.shield(answered), dispatcher.budget())
+            except TimeoutError:
+                log.warning(
+                    "lark callback of %r ran past the %gs budget; answered with an info toast",
+                    app_id[:64],
+                    dispatcher.budget(),
+                )
+                sent.set()  # the thread closes its response (after-answer action) when done
+                await _SEND_RESPONSE.send_response(
+                    ingress.AnswerResponse(dispatcher.still_working(), status=200), send
+                )
+                return
+            try:
+                await _SEND_RESPONSE.send_response(response, send)
+            finally:
+                sent.set()
             await work
+        finally:
+            # every way out, a cancellation too (Daphne cancels pending requests when it
+            # stops): the thread must never wait SEND_WAIT_SECONDS for a send that will not
+            # come, or the process cannot exit until it gives up
+            sent.set()
 
 
 class _SendResponse(ASGIHandler):

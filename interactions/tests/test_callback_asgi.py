@@ -42,6 +42,25 @@ async def _request(method: str, path: str, body: bytes = b"", headers=None):
     return response["status"], response_headers, response["body"]
 
 
+def _scope(app_id: str, headers: dict) -> dict:
+    """An HTTP scope for `POST /lark/<app_id>/callback` as Daphne builds it."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/lark/{app_id}/callback",
+        "raw_path": f"/lark/{app_id}/callback".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")]
+        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+
 async def _click(app_id: str, payload=None, headers=None):
     raw, sent = seal(
         payload or feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY
@@ -262,21 +281,7 @@ async def test_held_update_is_released_after_the_answer_on_the_connection_the_cl
     raw, headers = seal(
         feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY
     )
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": f"/lark/{lark_bot.app_id}/callback",
-        "raw_path": f"/lark/{lark_bot.app_id}/callback".encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver")]
-        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = _scope(lark_bot.app_id, headers)
     messages = [{"type": "http.request", "body": raw, "more_body": False}]
     held_when_sent = []
     opened = []
@@ -306,3 +311,62 @@ async def test_held_update_is_released_after_the_answer_on_the_connection_the_cl
     row = await CardUpdate.objects.filter(card=entity).aget()
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
     assert threads["release"] == threads["handler"]
+
+
+async def test_a_click_cancelled_by_a_stopping_server_never_leaves_its_thread_waiting(
+    lark_stub, lark_bot, register_card_handler, monkeypatch
+):
+    """Daphne cancels pending requests when it stops; the handler thread must then close its
+    response as soon as the handler is done, not wait for a send that never comes (the
+    process could not exit before `SEND_WAIT_SECONDS`)."""
+    import asyncio
+
+    from botadmin.asgi import application
+    from interactions.lark import asgi
+
+    monkeypatch.setattr(asgi, "SEND_WAIT_SECONDS", 30.0)
+    entity = await sync_to_async(cards.send_card)(
+        lark_bot, feedback_card(), receive_id="oc_group_chat"
+    )
+    handler_running = threading.Event()
+    released = threading.Event()
+
+    def slow(action):
+        handler_running.set()
+        time.sleep(0.5)
+        cards.enqueue_elements(entity, {"fb_prompt": md("chosen")})
+        return registry.Answer.success("Recorded")
+
+    real_release = cards.release_holds
+
+    def release(hold):
+        try:
+            return real_release(hold)
+        finally:
+            released.set()
+
+    monkeypatch.setattr(cards, "release_holds", release)
+    register_card_handler("feedback", slow)
+    raw, headers = seal(
+        feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY
+    )
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+    answers = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        answers.append(message)
+
+    request = asyncio.ensure_future(application(_scope(lark_bot.app_id, headers), receive, send))
+    assert await sync_to_async(handler_running.wait, thread_sensitive=False)(5)
+    request.cancel()  # what Daphne does to pending application instances on SIGTERM
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    started = time.monotonic()
+    assert await sync_to_async(released.wait, thread_sensitive=False)(5)
+    assert time.monotonic() - started < 3  # not SEND_WAIT_SECONDS
+    assert answers == []  # nothing was sent on the cancelled request
+    row = await CardUpdate.objects.filter(card=entity).aget()
+    assert row.hold_token == ""  # the update is due now, as after a sent answer
