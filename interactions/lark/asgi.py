@@ -225,7 +225,8 @@ class LarkCallbackApp:
                     app_id[:64],
                     dispatcher.budget(),
                 )
-                sent.set()  # the thread closes its response (after-answer action) when done
+                # the thread closes its response (after-answer action) when it is done, but
+                # not before this answer went out (`sent`, set in the finally below)
                 await _SEND_RESPONSE.send_response(
                     ingress.AnswerResponse(dispatcher.still_working(), status=200), send
                 )
