@@ -49,7 +49,7 @@ from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.db.rows import insert_row
+from botadmin.db.rows import insert_row, quoted_table
 from feedback import cards as feedback_cards
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
@@ -163,7 +163,7 @@ def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     if not isinstance(delivery_id, str) or not delivery_id:
         return None
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    table = connection.ops.quote_name(Delivery._meta.db_table)
+    table = quoted_table(Delivery)
     delivery = next(
         iter(
             Delivery.objects.raw(
@@ -306,7 +306,7 @@ def _move_forward(delivery: Delivery, revision: Revision) -> None:
     # every click, and the ORM's UPDATE took more CPU than the statement
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {connection.ops.quote_name(Delivery._meta.db_table)} "  # noqa: S608
+            f"UPDATE {quoted_table(Delivery)} "  # noqa: S608
             "SET current_revision_id = %s, updated_at = %s WHERE id = %s",
             [
                 revision.pk,

@@ -33,7 +33,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from botadmin.db.rows import insert_row
+from botadmin.db.rows import insert_row, quoted_table
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
 from interactions.models import CardEntity, CardUpdate
 from interactions.workqueue import WorkStatus
@@ -81,7 +81,7 @@ def release_holds(hold: Hold) -> int:
     # the statement itself (same columns and WHERE as `.filter(...).update(...)`)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {_quoted(CardUpdate)} SET hold_token = '', next_attempt_at = %s "  # noqa: S608
+            f"UPDATE {quoted_table(CardUpdate)} SET hold_token = '', next_attempt_at = %s "  # noqa: S608
             "WHERE hold_token = %s AND status = %s",
             [
                 connection.ops.adapt_datetimefield_value(timezone.now()),
@@ -271,10 +271,6 @@ def enqueue_elements_for_card_id(
     return _enqueue((bot, card_id), None, dict(elements), None)
 
 
-def _quoted(model) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
-
-
 def _locked_with_pending(card: CardEntity | tuple[Any, str]) -> CardEntity | None:
     """`card` (an entity, or `(bot, card_id)`) read again and locked, with `pending_pk`: the id
     of its pending update or None. Call inside a transaction.
@@ -290,9 +286,9 @@ def _locked_with_pending(card: CardEntity | tuple[Any, str]) -> CardEntity | Non
         where, params = "e.bot_id = %s AND e.card_id = %s", [bot.pk, card_id]
     lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
     sql = (
-        f"SELECT e.*, (SELECT u.id FROM {_quoted(CardUpdate)} u "  # noqa: S608 - our tables
+        f"SELECT e.*, (SELECT u.id FROM {quoted_table(CardUpdate)} u "  # noqa: S608 - our tables
         "WHERE u.card_id = e.id AND u.status = %s LIMIT 1) AS pending_pk "
-        f"FROM {_quoted(CardEntity)} e WHERE {where} LIMIT 1{lock}"
+        f"FROM {quoted_table(CardEntity)} e WHERE {where} LIMIT 1{lock}"
     )
     return next(iter(CardEntity.objects.raw(sql, [WorkStatus.PENDING, *params])), None)
 

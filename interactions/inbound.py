@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from botadmin.db.rows import quoted_table
 from interactions.models import InboundEvent
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,9 @@ def claim_event(bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool
     """
     event_id, event_type = event_id[:64], event_type[:100]
     now = timezone.now()
-    table = InboundEvent._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(table)} "  # noqa: S608 - our table name
+            f"INSERT INTO {quoted_table(InboundEvent)} "  # noqa: S608 - our table name
             "(bot_id, event_id, event_type, status, answer, received_at, finished_at) "
             "VALUES (%s, %s, %s, %s, NULL, %s, NULL) "
             "ON CONFLICT (bot_id, event_id) DO NOTHING RETURNING id",
@@ -69,7 +69,7 @@ def finish_event(row: InboundEvent, answer: dict[str, Any] | None) -> None:
     answer_field = InboundEvent._meta.get_field("answer")
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {connection.ops.quote_name(InboundEvent._meta.db_table)} "  # noqa: S608
+            f"UPDATE {quoted_table(InboundEvent)} "  # noqa: S608
             "SET status = %s, answer = %s, finished_at = %s WHERE id = %s",
             [
                 InboundEvent.Status.ANSWERED,

@@ -19,6 +19,12 @@ from django.db.models import Model
 _SQL: dict[type, tuple[str, list]] = {}
 
 
+def quoted_table(model: type[Model]) -> str:
+    """`model`'s table name quoted for this database, for hand-written SQL on the click path
+    (the names come from our models, never from input)."""
+    return connection.ops.quote_name(model._meta.db_table)
+
+
 def _statement(model: type[Model]) -> tuple[str, list]:
     cached = _SQL.get(model)
     if cached is None:
@@ -30,7 +36,7 @@ def _statement(model: type[Model]) -> tuple[str, list]:
         ]
         quote = connection.ops.quote_name
         sql = (
-            f"INSERT INTO {quote(meta.db_table)} "  # noqa: S608 - names from our models
+            f"INSERT INTO {quoted_table(model)} "  # noqa: S608 - names from our models
             f"({', '.join(quote(f.column) for f in fields)}) "
             f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {quote(meta.pk.column)}"
         )

@@ -32,12 +32,12 @@ from typing import Any
 
 import lark_oapi as lark
 from django.core.exceptions import RequestDataTooBig
-from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from lark_oapi.core.exception import AccessDeniedException, NoAuthorizationException
 from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 
+from botadmin.db.rows import quoted_table
 from botadmin.models import Bot
 from botadmin.parsers import loads_untrusted
 from interactions import inbound
@@ -297,7 +297,7 @@ def callback(request, app_id: str):
         return AnswerResponse({"error": "method_not_allowed", "detail": "Use POST."}, status=405)
     # hand-written lookup: every callback makes it, and the ORM's query building cost more
     # CPU than the statement (`Bot.objects.filter(app_id=app_id).first()`, unique column)
-    table = connection.ops.quote_name(Bot._meta.db_table)
+    table = quoted_table(Bot)
     bot = next(
         iter(
             Bot.objects.raw(
