@@ -158,7 +158,7 @@ def _answer_send_close(
         log.warning("lark callback of %r: the server stopped before the answer", app_id[:64])
     finally:
         _close(response)
-        connections.close_all()
+        dispatcher.finish_connections()
 
 
 async def _send_json(send, status: int, code: str, detail: str) -> None:

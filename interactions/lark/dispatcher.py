@@ -40,6 +40,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils.translation import gettext_lazy as _
 
+from botadmin.db.sqlite3.base import keep_connections_in_this_thread
 from botadmin.parsers import contains_nul
 from interactions import cards, inbound, registry
 from interactions.lark.cardjson import validate_card
@@ -51,9 +52,12 @@ log = logging.getLogger(__name__)
 #: Card-action handlers only touch the database, so more threads than can overlap its round
 #: trips just make one process's requests take turns on its GIL: at concurrency 32, 32 threads
 #: stretched every click to the whole queue's time (p99 ~2× p50), 3–4 serve them in order
-#: (bench/README.md). `CARDLOOP_CALLBACK_THREADS`.
+#: (bench/README.md). `CARDLOOP_CALLBACK_THREADS`. On SQLite their connections stay open from
+#: one callback to the next (`finish_connections`); a fixed pool keeps that to a few.
 POOL = ThreadPoolExecutor(
-    max_workers=settings.CARDLOOP_CALLBACK_THREADS, thread_name_prefix="lark-handler"
+    max_workers=settings.CARDLOOP_CALLBACK_THREADS,
+    thread_name_prefix="lark-handler",
+    initializer=keep_connections_in_this_thread,
 )
 #: Threads for ordinary events, whose handlers may call the Open API (a text command's reply):
 #: a slow Feishu answer must not hold up card actions.
@@ -104,13 +108,29 @@ def run_in_worker(fn, *args):
 
 
 def run_isolated(fn, *args):
-    """Run `fn(*args)` in this pool thread with its own database connection, closed after
-    (on PostgreSQL: given back to the process's connection pool, `DATABASE_POOL_*`; a handler
-    thread must not keep one, or the handler threads could hold more than the pool has)."""
+    """Run `fn(*args)` in this pool thread with its own database connection, finished after
+    (`finish_connections`)."""
     try:
         return fn(*args)
     finally:
-        connections.close_all()
+        finish_connections()
+
+
+def finish_connections() -> None:
+    """A pool thread is done with its database connections for now. Each one is closed — on
+    PostgreSQL given back to the process's connection pool (`DATABASE_POOL_*`; a handler
+    thread must not keep one, or the handler threads could hold more than the pool has) —
+    except a SQLite connection of a `POOL` thread (`CONN_MAX_AGE` None there, see
+    `botadmin.db.sqlite3.base.keep_connections_in_this_thread`), which stays open for the
+    thread's next callback unless it saw a database error (other than an integrity or data
+    error: Django's `errors_occurred`; SQLite's `is_usable()` cannot tell, so any such error
+    costs the connection) or Django's `close_if_unusable_or_obsolete` finds it left in a
+    transaction."""
+    for connection in connections.all(initialized_only=True):
+        if connection.close_at is None and not connection.errors_occurred:
+            connection.close_if_unusable_or_obsolete()
+        else:
+            connection.close()
 
 
 def _release_caller_connection() -> None:

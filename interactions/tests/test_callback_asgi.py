@@ -306,8 +306,12 @@ async def test_held_update_is_released_after_the_answer_on_the_connection_the_cl
     assert answer["toast"]["type"] == "success"
     assert still_held  # Feishu applies nothing sent before the callback answer
     # one database connection for the click and the release after it (on PostgreSQL: one
-    # checkout from the pool and its health check, not two)
-    assert opened == [threads["handler"]]
+    # checkout from the pool and its health check, not two; on SQLite the handler thread may
+    # still hold the one it kept from an earlier click)
+    if connections["default"].vendor == "sqlite":
+        assert opened in ([], [threads["handler"]])
+    else:
+        assert opened == [threads["handler"]]
     row = await CardUpdate.objects.filter(card=entity).aget()
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
     assert threads["release"] == threads["handler"]

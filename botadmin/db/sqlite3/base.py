@@ -12,6 +12,13 @@ previous transaction commits or rolls back (the statement finished), in arrival 
 A thread that waits longer than the connection's busy `timeout` proceeds without the queue
 and lets SQLite decide, so a transaction left open elsewhere in the process (a test's
 `atomic()` block) delays others but never deadlocks them.
+
+A thread of a fixed pool (the callback handler threads, `interactions.lark.dispatcher.POOL`)
+can call `keep_connections_in_this_thread()` once: its connections then outlive a request
+(`CONN_MAX_AGE` None for them alone), because opening one costs the connect, the four
+`init_command` PRAGMAs and, at the end, a close that may checkpoint the WAL (about 2–3 ms of
+a click's 10). Django's own request threads are one per request under ASGI, so they keep
+`CONN_MAX_AGE=0`: a persistent connection per thread would pile up.
 """
 
 from __future__ import annotations
@@ -134,11 +141,28 @@ class DatabaseCreation(creation.DatabaseCreation):
             self._remove_sidecars(test_database_name)
 
 
+_THREAD = threading.local()
+
+
+def keep_connections_in_this_thread() -> None:
+    """From now on, SQLite connections this thread opens stay open between requests (until
+    unusable: Django's `close_if_unusable_or_obsolete` still closes one left in a transaction
+    or broken by an error). Only for threads of a fixed-size pool; a no-op for other
+    database backends, which never read the flag."""
+    _THREAD.keep = True
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
-    """`django.db.backends.sqlite3` whose writes queue fairly for the write lock."""
+    """`django.db.backends.sqlite3` whose writes queue fairly for the write lock, and whose
+    connections persist in threads that asked for it (`keep_connections_in_this_thread`)."""
 
     creation_class = DatabaseCreation
     _holds_write_queue = False
+
+    def connect(self):
+        super().connect()
+        if getattr(_THREAD, "keep", False):
+            self.close_at = None
 
     def create_cursor(self, name=None):
         cursor = self.connection.cursor(factory=QueuedCursor)
@@ -181,4 +205,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self._leave_write_queue()
 
 
-__all__ = ["DatabaseCreation", "DatabaseWrapper", "FairLock", "QueuedCursor", "write_lock"]
+__all__ = [
+    "DatabaseCreation",
+    "DatabaseWrapper",
+    "FairLock",
+    "QueuedCursor",
+    "keep_connections_in_this_thread",
+    "write_lock",
+]

@@ -1,0 +1,149 @@
+"""Database connections of the callback handler threads (`interactions.lark.dispatcher.POOL`):
+on SQLite each thread keeps its connection from one click to the next; on PostgreSQL every
+click gives its connection back to the process's pool."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
+from django.db.backends.signals import connection_created
+
+from botadmin.db.sqlite3.base import keep_connections_in_this_thread
+from interactions import registry
+from interactions.lark import dispatcher
+from interactions.lark.signing import seal
+from interactions.tests.test_callback_asgi import _scope
+from tests import feishu
+
+
+def _in_thread(fn):
+    """Run `fn()` in a new thread (its own database connections) and return its result."""
+    result = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            result["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def _query_twice_with_finish_between(keep: bool):
+    """In this thread: a query, `finish_connections()`, another query; how many connections
+    were opened and whether one was still open after the finish."""
+    if keep:
+        keep_connections_in_this_thread()
+    opened = []
+
+    def created(sender, connection, **kwargs):
+        if threading.current_thread() is me:
+            opened.append(connection.alias)
+
+    me = threading.current_thread()
+    connection_created.connect(created)
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+        dispatcher.finish_connections()
+        open_after_finish = connection.connection is not None
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+    finally:
+        connection_created.disconnect(created)
+    return len(opened), open_after_finish
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_thread_keeps_its_sqlite_connection_and_gives_a_postgresql_one_back():
+    opened, open_after_finish = _in_thread(lambda: _query_twice_with_finish_between(True))
+    if connection.vendor == "sqlite":
+        assert (opened, open_after_finish) == (1, True)
+    else:  # back to the pool after every callback: threads never hold what the pool has
+        assert (opened, open_after_finish) == (2, False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_thread_that_did_not_ask_to_keep_connections_closes_them_after_each_callback():
+    assert _in_thread(lambda: _query_twice_with_finish_between(False)) == (2, False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_connection_left_in_a_transaction_or_broken_is_closed_not_reused():
+    def left_in_transaction():
+        keep_connections_in_this_thread()
+        connection.set_autocommit(False)  # what an interrupted handler could leave behind
+        connection.cursor().execute("SELECT 1")
+        dispatcher.finish_connections()
+        return connection.connection is None
+
+    def broken():
+        keep_connections_in_this_thread()
+        connection.cursor().execute("SELECT 1")
+        connection.connection.close()  # the database went away under it
+        connection.errors_occurred = True
+        dispatcher.finish_connections()
+        return connection.connection is None
+
+    assert _in_thread(left_in_transaction)
+    assert _in_thread(broken)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_clicks_one_after_another_open_at_most_one_sqlite_connection_per_handler_thread(
+    lark_bot, register_card_handler
+):
+    """The connect, the four PRAGMAs and the close (which can checkpoint the WAL) are a fifth
+    of a click's CPU on SQLite (bench/README.md); a handler thread pays them once."""
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL hands connections back to its pool after every click")
+    from botadmin.asgi import application
+
+    handler_threads = []
+    opened = []
+
+    def handler(action):
+        handler_threads.append(threading.get_ident())
+        return registry.Answer.success("Recorded")
+
+    def created(sender, connection, **kwargs):
+        if threading.current_thread().name.startswith("lark-handler"):
+            opened.append(threading.get_ident())
+
+    register_card_handler("feedback", handler)
+    answers = []
+    connection_created.connect(created)
+    try:
+        for n in range(6):
+            payload = feishu.payload("card_action_feedback_click")
+            payload["header"]["event_id"] = f"ev_keep_{n}"
+            raw, headers = seal(payload, encrypt_key=feishu.ENCRYPT_KEY)
+            messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+            async def receive(messages=messages):
+                return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+            async def send(message):
+                if message["type"] == "http.response.body":
+                    answers.append(message["body"])
+
+            await application(_scope(lark_bot.app_id, headers), receive, send)
+    finally:
+        connection_created.disconnect(created)
+    assert len(answers) == 6 and all(b'"success"' in body for body in answers)
+    assert len(handler_threads) == 6
+    assert len(opened) == len(set(opened))  # no thread opened a second one
+    assert set(opened) <= set(handler_threads)
+    assert len(opened) <= len(set(handler_threads)) < 6
+    await sync_to_async(connections.close_all)()
