@@ -1,5 +1,6 @@
 """The web server `manage.py serve` starts: Daphne with an access log that keeps query strings
-(which may carry an `open_id`, e.g. `GET /api/v1/desktop-tokens?open_id=…`) out of the log."""
+(which may carry an `open_id`, e.g. `GET /api/v1/desktop-tokens?open_id=…`) out of the log,
+and with the loaded application out of the garbage collector's scans."""
 
 from __future__ import annotations
 
@@ -38,3 +39,26 @@ def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
     text = log_path.read_text()
     assert '"GET /healthz?…" 200' in text, text[-2000:]
     assert "ou_secret_probe" not in text
+
+
+def test_everything_loading_the_application_created_is_frozen_before_serving():
+    """Else each oldest-generation collection scans ~430 000 long-lived objects with the GIL
+    held (270-350 ms without an answer, bench/README.md)."""
+    code = (
+        "import gc\n"
+        "from botadmin.webserver import CommandLine\n"
+        "before = gc.get_freeze_count()\n"
+        "CommandLine().load_asgi_app('botadmin.asgi:application')\n"
+        "print(before, gc.get_freeze_count())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, frozen = map(int, done.stdout.split()[-2:])
+    assert before == 0
+    assert frozen > 100_000  # Django, DRF, Channels and lark-oapi, all loaded
