@@ -31,7 +31,12 @@ class DeliveryQuerySet(models.QuerySet):
         return self.filter(created_at__gte=start, created_at__lt=end)
 
     def for_platform_message(self, bot: Bot, open_message_id: str):
-        return self.filter(bot=bot, platform_message_id=open_message_id)
+        """The delivery shown in message `open_message_id` of `bot` (0 or 1 row; none for "").
+        `platform_message_id <> ''` is the partial unique index's condition, without which
+        SQLite cannot use that index and searches every delivery of the bot."""
+        return self.filter(bot=bot, platform_message_id=open_message_id).exclude(
+            platform_message_id=""
+        )
 
     def for_turn(self, bot: Bot, session_id: str, turn_id: str, attempt: int):
         return self.filter(

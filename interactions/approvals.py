@@ -174,7 +174,7 @@ def create_interaction(
     if not (requester_open_id or allowed_open_ids):
         raise ValueError("an interaction needs a requester_open_id or allowed_open_ids")
     if request_id:
-        existing = Interaction.objects.filter(bot=bot, request_id=request_id).first()
+        existing = Interaction.objects.for_request(bot, request_id).first()
         if existing is not None:
             return existing, False
     now = now or timezone.now()
@@ -211,7 +211,7 @@ def create_interaction(
             ia.save()
     except IntegrityError:
         if request_id:  # a concurrent retry with the same request_id won
-            return Interaction.objects.get(bot=bot, request_id=request_id), False
+            return Interaction.objects.for_request(bot, request_id).get(), False
         raise
     return ia, True
 

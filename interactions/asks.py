@@ -423,7 +423,7 @@ def register_ask(
                 .first()
             )
             if idempotency_key:
-                existing = Ask.objects.filter(bot=bot, request_id=idempotency_key).first()
+                existing = Ask.objects.for_request(bot, idempotency_key).first()
                 if existing is not None:
                     return Registration(existing, False, bool(existing.card_id), False)
             requester = requester_open_id or (session.requester_open_id if session else "")
@@ -472,7 +472,7 @@ def register_ask(
                 transaction.on_commit(functools.partial(_push, bot, requester, panel_message(ask)))
     except IntegrityError:
         if idempotency_key:  # a concurrent retry with the same key won
-            existing = Ask.objects.get(bot=bot, request_id=idempotency_key)
+            existing = Ask.objects.for_request(bot, idempotency_key).get()
             return Registration(existing, False, bool(existing.card_id), False)
         raise
     log.info("ask %s registered (card=%s, panel=%s)", ask.public_id, on_card, on_panel)
@@ -708,7 +708,7 @@ def session_for_message(bot: Bot, open_message_id: str) -> ProgressSession | Non
         return None
     return (
         ProgressSession.objects.select_related("card")
-        .filter(bot=bot, card__open_message_id=open_message_id)
+        .filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
         .first()
     )
 

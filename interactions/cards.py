@@ -82,7 +82,9 @@ def release_holds(hold: Hold) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {quoted_table(CardUpdate)} SET hold_token = '', next_attempt_at = %s "  # noqa: S608
-            "WHERE hold_token = %s AND status = %s",
+            # NOT (hold_token = ''): the `card_update_hold` index's own condition, without
+            # which SQLite cannot use that partial index and reads every pending row
+            "WHERE hold_token = %s AND NOT (hold_token = '') AND status = %s",
             [
                 connection.ops.adapt_datetimefield_value(timezone.now()),
                 hold.token,
@@ -283,7 +285,10 @@ def _locked_with_pending(card: CardEntity | tuple[Any, str]) -> CardEntity | Non
         where, params = "e.id = %s", [card.pk]
     else:
         bot, card_id = card
-        where, params = "e.bot_id = %s AND e.card_id = %s", [bot.pk, card_id]
+        # NOT (card_id = ''): the partial unique index's condition (`card_entity_card_id`);
+        # without it SQLite searches every card entity of the bot
+        where = "e.bot_id = %s AND e.card_id = %s AND NOT (e.card_id = '')"
+        params = [bot.pk, card_id]
     lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
     sql = (
         f"SELECT e.*, (SELECT u.id FROM {quoted_table(CardUpdate)} u "  # noqa: S608 - our tables

@@ -61,13 +61,17 @@ class InboundEvent(models.Model):
 
 
 class CardEntityQuerySet(models.QuerySet):
+    """Lookups by the partial unique indexes repeat the index's condition (`card_id <> ''`,
+    `open_message_id <> ''`): SQLite uses a partial index only for a query whose WHERE
+    contains that condition, and otherwise searches every card entity of the bot."""
+
     def for_message(self, bot: Bot, open_message_id: str):
-        """The card shown in message `open_message_id` of `bot` (0 or 1 row)."""
-        return self.filter(bot=bot, open_message_id=open_message_id)
+        """The card shown in message `open_message_id` of `bot` (0 or 1 row; none for "")."""
+        return self.filter(bot=bot, open_message_id=open_message_id).exclude(open_message_id="")
 
     def for_card_id(self, bot: Bot, card_id: str):
-        """The CardKit card entity `card_id` of `bot` (0 or 1 row)."""
-        return self.filter(bot=bot, card_id=card_id)
+        """The CardKit card entity `card_id` of `bot` (0 or 1 row; none for "")."""
+        return self.filter(bot=bot, card_id=card_id).exclude(card_id="")
 
 
 class CardEntity(models.Model):
@@ -205,6 +209,12 @@ class InteractionQuerySet(models.QuerySet):
 
     def of_bot(self, bot: Bot):
         return self.filter(bot=bot)
+
+    def for_request(self, bot: Bot, request_id: str):
+        """The interaction `bot`'s backend registered with idempotency key `request_id` (0 or
+        1 row; none for ""). `request_id <> ''` is the partial unique index's condition,
+        without which SQLite cannot use that index and searches every interaction of the bot."""
+        return self.filter(bot=bot, request_id=request_id).exclude(request_id="")
 
 
 class Interaction(models.Model):
