@@ -284,7 +284,10 @@ CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.5)
 #: Threads per web process that run Feishu card callbacks (decrypt, dedupe, handler). Their
 #: work is database-bound: a few per process keep one core busy; raise it for a database with
 #: slow round trips. Requests beyond it wait in line (the budget still answers them in time).
-CARDLOOP_CALLBACK_THREADS = env.int("CARDLOOP_CALLBACK_THREADS", default=4)
+#: SQLite: 2, since its one writer makes more threads only contend for the GIL while one of
+#: them holds the write lock (at 32 concurrent clicks 2 beat 4 in each of four interleaved
+#: runs, by 4-44 %; bench/README.md); PostgreSQL: 4.
+CARDLOOP_CALLBACK_THREADS = env.int("CARDLOOP_CALLBACK_THREADS", default=2 if IS_SQLITE else 4)
 #: Default expiry of approvals / quick replies (seconds).
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).
