@@ -147,3 +147,57 @@ async def test_clicks_one_after_another_open_at_most_one_sqlite_connection_per_h
     assert set(opened) <= set(handler_threads)
     assert len(opened) <= len(set(handler_threads)) < 6
     await sync_to_async(connections.close_all)()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_handler_thread_whose_connection_saw_a_database_error_opens_a_new_one(
+    lark_bot, register_card_handler
+):
+    """Through the ASGI route `request_finished` runs Django's `close_old_connections()`
+    first, which on SQLite would clear the error flag and keep the connection."""
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL hands connections back to its pool after every click")
+    from django.db import DatabaseError
+
+    from botadmin.asgi import application
+
+    seen = []  # (thread, sqlite3.Connection): the objects are kept, so no id is reused
+    failing = {"on": True}
+
+    def handler(action):
+        seen.append((threading.get_ident(), connection.connection))
+        if failing["on"]:
+            failing["on"] = False
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT * FROM no_such_table_at_all")
+            except DatabaseError:
+                pass
+        return registry.Answer.success("Recorded")
+
+    register_card_handler("feedback", handler)
+    for n in range(24):
+        payload = feishu.payload("card_action_feedback_click")
+        payload["header"]["event_id"] = f"ev_error_{n}"
+        raw, headers = seal(payload, encrypt_key=feishu.ENCRYPT_KEY)
+        messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+        async def receive(messages=messages):
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message):
+            pass
+
+        await application(_scope(lark_bot.app_id, headers), receive, send)
+        later = [conn for thread, conn in seen[1:] if thread == seen[0][0]]
+        if later:
+            break
+    else:
+        pytest.fail("no later click ran on the thread that saw the error")
+    failed_thread, failed_connection = seen[0]
+    assert failed_connection is not None and later[0] is not failed_connection
+    # and a thread that saw no error keeps its connection (the rule above is not "always")
+    for thread in {thread for thread, _ in seen} - {failed_thread}:
+        assert len({id(conn) for t, conn in seen if t == thread}) == 1
+    await sync_to_async(connections.close_all)()

@@ -164,6 +164,16 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if getattr(_THREAD, "keep", False):
             self.close_at = None
 
+    def close_if_unusable_or_obsolete(self):
+        """Django's rule, plus: a kept connection (`keep_connections_in_this_thread`) that saw
+        a database error since its last commit is closed. SQLite's `is_usable()` always says
+        yes, so Django would clear the error and keep a connection that may be broken for
+        good (`SQLITE_IOERR_*`) for every later callback of its thread."""
+        if self.connection is not None and self.close_at is None and self.errors_occurred:
+            self.close()
+            return
+        super().close_if_unusable_or_obsolete()
+
     def create_cursor(self, name=None):
         cursor = self.connection.cursor(factory=QueuedCursor)
         cursor.queue = write_lock(str(self.settings_dict["NAME"]))
