@@ -64,6 +64,28 @@ def _query_twice_with_finish_between(keep: bool):
     return len(opened), open_after_finish
 
 
+async def _click(app_id: str, event_id: str) -> bytes:
+    """One feedback click (fixture payload, `event_id`) through `botadmin.asgi.application`
+    as Daphne calls it; returns the answer's body."""
+    from botadmin.asgi import application
+
+    payload = feishu.payload("card_action_feedback_click")
+    payload["header"]["event_id"] = event_id
+    raw, headers = seal(payload, encrypt_key=feishu.ENCRYPT_KEY)
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+    bodies = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.body":
+            bodies.append(message["body"])
+
+    await application(_scope(app_id, headers), receive, send)
+    return b"".join(bodies)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_handler_thread_keeps_its_sqlite_connection_and_gives_a_postgresql_one_back():
     opened, open_after_finish = _in_thread(lambda: _query_twice_with_finish_between(True))
@@ -108,8 +130,6 @@ async def test_clicks_one_after_another_open_at_most_one_sqlite_connection_per_h
     of a click's CPU on SQLite (bench/README.md); a handler thread pays them once."""
     if connection.vendor != "sqlite":
         pytest.skip("PostgreSQL hands connections back to its pool after every click")
-    from botadmin.asgi import application
-
     handler_threads = []
     opened = []
 
@@ -126,19 +146,7 @@ async def test_clicks_one_after_another_open_at_most_one_sqlite_connection_per_h
     connection_created.connect(created)
     try:
         for n in range(6):
-            payload = feishu.payload("card_action_feedback_click")
-            payload["header"]["event_id"] = f"ev_keep_{n}"
-            raw, headers = seal(payload, encrypt_key=feishu.ENCRYPT_KEY)
-            messages = [{"type": "http.request", "body": raw, "more_body": False}]
-
-            async def receive(messages=messages):
-                return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-            async def send(message):
-                if message["type"] == "http.response.body":
-                    answers.append(message["body"])
-
-            await application(_scope(lark_bot.app_id, headers), receive, send)
+            answers.append(await _click(lark_bot.app_id, f"ev_keep_{n}"))
     finally:
         connection_created.disconnect(created)
     assert len(answers) == 6 and all(b'"success"' in body for body in answers)
@@ -160,8 +168,6 @@ async def test_a_handler_thread_whose_connection_saw_a_database_error_opens_a_ne
         pytest.skip("PostgreSQL hands connections back to its pool after every click")
     from django.db import DatabaseError
 
-    from botadmin.asgi import application
-
     seen = []  # (thread, sqlite3.Connection): the objects are kept, so no id is reused
     failing = {"on": True}
 
@@ -178,18 +184,7 @@ async def test_a_handler_thread_whose_connection_saw_a_database_error_opens_a_ne
 
     register_card_handler("feedback", handler)
     for n in range(24):
-        payload = feishu.payload("card_action_feedback_click")
-        payload["header"]["event_id"] = f"ev_error_{n}"
-        raw, headers = seal(payload, encrypt_key=feishu.ENCRYPT_KEY)
-        messages = [{"type": "http.request", "body": raw, "more_body": False}]
-
-        async def receive(messages=messages):
-            return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-        async def send(message):
-            pass
-
-        await application(_scope(lark_bot.app_id, headers), receive, send)
+        await _click(lark_bot.app_id, f"ev_error_{n}")
         later = [conn for thread, conn in seen[1:] if thread == seen[0][0]]
         if later:
             break
