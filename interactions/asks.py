@@ -387,6 +387,16 @@ def ask_state(ask: Interaction) -> dict[str, Any]:
     }
 
 
+def _key_taken() -> AskRefused:
+    """The idempotency key belongs to an approval, quick reply or form of the same bot (one
+    key space per bot: the `interaction_request_id` unique index)."""
+    return AskRefused(
+        "idempotency_key_taken",
+        "idempotency_key",
+        _("This idempotency_key is already used by another kind of interaction."),
+    )
+
+
 def register_ask(
     bot: Bot,
     session_id: str,
@@ -426,6 +436,8 @@ def register_ask(
                 existing = Ask.objects.for_request(bot, idempotency_key).first()
                 if existing is not None:
                     return Registration(existing, False, bool(existing.card_id), False)
+                if Interaction.objects.for_request(bot, idempotency_key).exists():
+                    raise _key_taken()
             requester = requester_open_id or (session.requester_open_id if session else "")
             if not requester:
                 raise AskRefused(
@@ -472,7 +484,9 @@ def register_ask(
                 transaction.on_commit(functools.partial(_push, bot, requester, panel_message(ask)))
     except IntegrityError:
         if idempotency_key:  # a concurrent retry with the same key won
-            existing = Ask.objects.for_request(bot, idempotency_key).get()
+            existing = Ask.objects.for_request(bot, idempotency_key).first()
+            if existing is None:  # an interaction of another kind holds the key
+                raise _key_taken() from None
             return Registration(existing, False, bool(existing.card_id), False)
         raise
     log.info("ask %s registered (card=%s, panel=%s)", ask.public_id, on_card, on_panel)

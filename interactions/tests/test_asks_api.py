@@ -5,6 +5,7 @@ registration on the card (no other message), long-poll, cancel, errors naming fi
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -201,6 +202,32 @@ def test_default_timeout_is_15_minutes_and_idempotency_key_returns_the_same_ask(
     assert first.json()["requestId"] == again.json()["requestId"]
     ask = Ask.objects.get()
     assert abs((ask.expires_at - ask.created_at).total_seconds() - 900) < 1
+
+
+def test_an_idempotency_key_an_approval_already_holds_is_refused_400_and_nothing_is_written(
+    api, panel
+):
+    """One key space per bot (the `interaction_request_id` unique index): before, the ask's
+    insert hit the index, and the retry branch found no ask to return (a 500)."""
+    from interactions import approvals
+    from interactions.models import Interaction
+
+    put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
+    approvals.create_interaction(
+        api.bot,
+        kind="approval",
+        channel="feishu",
+        chat_id=CHAT,
+        title="Run the migration?",
+        requester_open_id=REQUESTER,
+        request_id="hook-shared",
+    )
+    response = post_ask(api, idempotency_key="hook-shared")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["error"] == "idempotency_key_taken" and "idempotency_key" in json.dumps(body)
+    assert not Ask.objects.exists()
+    assert Interaction.objects.get().kind == "approval"
 
 
 def test_long_poll_returns_the_answer_when_it_arrives(api, panel, live_answer):
