@@ -120,14 +120,11 @@ def finish_connections() -> None:
     """A pool thread is done with its database connections for now. Each one is closed — on
     PostgreSQL given back to the process's connection pool (`DATABASE_POOL_*`; a handler
     thread must not keep one, or the handler threads could hold more than the pool has) —
-    except a SQLite connection of a `POOL` thread (`CONN_MAX_AGE` None there, see
-    `botadmin.db.sqlite3.base.keep_connections_in_this_thread`), which stays open for the
-    thread's next callback unless it saw a database error (other than an integrity or data
-    error: Django's `errors_occurred`; SQLite's `is_usable()` cannot tell, so any such error
-    costs the connection) or Django's `close_if_unusable_or_obsolete` finds it left in a
-    transaction."""
+    except a SQLite connection of a `POOL` thread (`CONN_MAX_AGE` None there), which the
+    backend keeps for the thread's next callback unless it saw a database error or was left
+    in a transaction (`botadmin.db.sqlite3.base.keep_connections_in_this_thread`)."""
     for connection in connections.all(initialized_only=True):
-        if connection.close_at is None and not connection.errors_occurred:
+        if connection.close_at is None:
             connection.close_if_unusable_or_obsolete()
         else:
             connection.close()
