@@ -47,6 +47,8 @@ import time
 import uuid
 from pathlib import Path
 
+from benchdb import ensure_database
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -243,6 +245,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="cardloop-callback-bench-")
     env = configure(tmp)
+    ensure_database(env.get("DATABASE_URL"))
     server_env = {**env, "DATABASE_POOL_MAX_SIZE": str(args.pool_max_size)}
 
     import django

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchdb import ensure_database
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -109,6 +111,7 @@ def main() -> None:
     cert.cert_chain_pems[0].write_to_path(cert_file)
     cert.private_key_pem.write_to_path(key_file)
     env = configure(os.path.join(tmp, "secrets"), ca_file)
+    ensure_database(env.get("DATABASE_URL"))
     port_file = os.path.join(tmp, "port")
     receiver_proc = subprocess.Popen(
         [sys.executable, __file__, "--serve-receiver", port_file, cert_file, key_file],

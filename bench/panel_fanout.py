@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchdb import ensure_database
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -352,6 +354,7 @@ def main() -> None:
 
     secret_dir = tempfile.mkdtemp(prefix="cardloop-bench-secrets-")
     env = configure(secret_dir)
+    ensure_database(env.get("DATABASE_URL"))
     world = prepare(args.users)
     from django.conf import settings
     from django.db import connection
