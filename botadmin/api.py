@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 from rest_framework import exceptions, status
@@ -136,22 +136,34 @@ class RejectNulInUrlMiddleware(MiddlewareMixin):
 
 
 class ApiErrorShapeMiddleware(MiddlewareMixin):
-    """Keep the API's `{"error", "detail"}` shape on `/api/` and `/lark/` paths when DEBUG is on.
+    """Keep the API's `{"error", "detail"}` shape on `/api/` and `/lark/` paths.
 
-    With DEBUG, Django answers an unmatched URL with its technical HTML 404 page and an
-    uncaught view exception with the HTML debug page; `handler404`/`handler500` only apply
-    when DEBUG is off. `make run` serves with DEBUG on, so a bot backend with a typo in a path
-    would get HTML. Outside DEBUG this does nothing (the handlers already answer JSON).
+    - With DEBUG, Django answers an unmatched URL with its technical HTML 404 page and an
+      uncaught view exception with the HTML debug page; `handler404`/`handler500` only apply
+      when DEBUG is off. `make run` serves with DEBUG on, so a bot backend with a typo in a
+      path would get HTML.
+    - With DEBUG on or off, a `SuspiciousOperation` raised by another middleware (above all
+      `DisallowedHost`: a Host header outside `ALLOWED_HOSTS`, which `CommonMiddleware` checks
+      before any view) becomes Django's HTML 400. It is answered 400 `disallowed_host` (same
+      body as the Feishu callback route, `interactions.lark.asgi`) or `bad_request` JSON.
+      This middleware therefore sits right below `SecurityMiddleware`, above every other one.
     """
 
     def process_response(self, request, response):
-        if (
-            settings.DEBUG
-            and response.status_code == 404
-            and _is_api(request)
-            and not response.get("Content-Type", "").startswith("application/json")
-        ):
+        if not _is_api(request) or response.get("Content-Type", "").startswith("application/json"):
+            return response
+        if response.status_code == 404 and settings.DEBUG:
             return json_error("not_found", "No such resource.", status.HTTP_404_NOT_FOUND)
+        if response.status_code == 400:
+            try:
+                request.get_host()
+            except DisallowedHost:
+                return json_error(
+                    "disallowed_host",
+                    "The Host header is not allowed.",
+                    status.HTTP_400_BAD_REQUEST,
+                )
+            return json_error("bad_request", "Bad request.", status.HTTP_400_BAD_REQUEST)
         return response
 
     def process_exception(self, request, exception):

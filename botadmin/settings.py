@@ -66,12 +66,13 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # above CommonMiddleware: it reshapes the HTML 400 of a disallowed Host on API paths
+    "botadmin.api.ApiErrorShapeMiddleware",
     "botadmin.api.RejectNulInUrlMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "botadmin.api.ApiErrorShapeMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -306,10 +307,13 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
+    "filters": {"one_line": {"()": "botadmin.logfilters.OneLineLog"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("CARDLOOP_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.request": {"level": "ERROR"},
+        # one line a refused Host (it names the host), not a traceback
+        "django.security.DisallowedHost": {"filters": ["one_line"]},
         "django.channels.server": {"level": "WARNING"},
         "Lark": {"level": "WARNING"},
         # One line per webhook request is the outbox's job (feedback.outbox), not httpx's.

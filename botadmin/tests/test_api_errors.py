@@ -104,3 +104,52 @@ def test_nul_in_the_url_is_a_400_naming_it(bot_client, url):
 def test_nul_in_an_admin_search_is_a_400(admin_client):
     response = admin_client.get("/admin/feedback/delivery/?q=%00")
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/deliveries", "/api/v1/nowhere", "/healthz", "/lark/cli_x/events"]
+)
+def test_disallowed_host_on_api_paths_is_400_json_with_one_log_line_and_no_traceback(
+    bot_client, debug, caplog, path
+):
+    bot_client.raise_request_exception = False
+    with caplog.at_level("WARNING"):
+        response = bot_client.get(path, HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json() == {
+        "error": "disallowed_host",
+        "detail": "The Host header is not allowed.",
+    }
+    records = [r for r in caplog.records if r.name == "django.security.DisallowedHost"]
+    assert len(records) == 1
+    assert records[0].exc_info is None and records[0].exc_text is None
+    assert "Traceback" not in caplog.text
+
+
+def test_disallowed_host_on_a_page_keeps_djangos_html_answer(client, debug):
+    client.raise_request_exception = False
+    response = client.get("/admin/", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_suspicious_request_in_a_plain_api_view_is_400_json_in_production(
+    client, lark_bot, settings, monkeypatch
+):
+    # Outside DEBUG Django answers a SuspiciousOperation with its HTML handler400 page.
+    from django.core.exceptions import SuspiciousOperation
+
+    from interactions.lark import ingress
+
+    def broken(bot, body, headers):
+        raise SuspiciousOperation("odd")
+
+    monkeypatch.setattr(ingress, "process", broken)
+    settings.DEBUG = False
+    client.raise_request_exception = False
+    response = client.post(
+        f"/lark/{lark_bot.app_id}/callback", data={}, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request", "detail": "Bad request."}
