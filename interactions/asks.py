@@ -251,8 +251,11 @@ def submit_answers(
 def clean_answers(questions: list[dict[str, Any]], answers: Any) -> list[dict[str, Any]]:
     """Validate and normalize answers against `questions` → `[{question, selectedLabels,
     customInput}]` (seed rules: single-select: text wins and clears the labels; multi-select
-    keeps labels, in option order, and text). Raises `AnswerError("invalid")` for a wrong
-    shape or count, an unknown label, several labels on a single-select or text over
+    keeps labels, in option order, and text). Answers are matched to questions by position;
+    an answer that names its `question` (the panel echoes it; absent or "" names none) must
+    name the question at its position, so a client that reordered them is refused instead of answering the wrong one.
+    Raises `AnswerError("invalid")` for a wrong shape or count, a `question` that is not the
+    one at that position, an unknown label, several labels on a single-select or text over
     MAX_CUSTOM_INPUT; `AnswerError("empty_answer")` when a question has neither."""
     if not isinstance(answers, list) or len(answers) != len(questions):
         raise AnswerError("invalid", "one answer per question is needed")
@@ -260,6 +263,9 @@ def clean_answers(questions: list[dict[str, Any]], answers: Any) -> list[dict[st
     for question, item in zip(questions, answers, strict=True):
         if not isinstance(item, dict):
             raise AnswerError("invalid", "each answer is an object")
+        named = item.get("question")
+        if named not in (None, "") and named != question["question"]:
+            raise AnswerError("invalid", "answers must be in the order of the questions")
         labels = item.get("selectedLabels") or []
         custom = item.get("customInput") or ""
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):

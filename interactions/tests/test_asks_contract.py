@@ -17,8 +17,8 @@ from interactions.tests.ask_helpers import OTHER, QUESTIONS, REQUESTER
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ANSWERS = [
-    {"question": "ignored", "selectedLabels": ["PostgreSQL"], "customInput": ""},
-    {"question": "", "selectedLabels": ["Lint", "Unit tests"], "customInput": "staging too"},
+    {"question": QUESTIONS[0]["question"], "selectedLabels": ["PostgreSQL"], "customInput": ""},
+    {"selectedLabels": ["Lint", "Unit tests"], "customInput": "staging too"},  # question omitted
 ]
 
 
@@ -107,6 +107,14 @@ def test_first_submit_wins_writes_one_event_and_tells_panels_answered(panel_ask,
             REQUESTER,
             [ANSWERS[0], {"selectedLabels": [], "customInput": "   "}],
             "empty_answer",
+        ),
+        (  # a client that reordered the answers: each names the other question
+            REQUESTER,
+            [
+                {"question": QUESTIONS[1]["question"], "selectedLabels": ["PostgreSQL"]},
+                {"question": QUESTIONS[0]["question"], "selectedLabels": ["Lint"]},
+            ],
+            "invalid",
         ),
     ],
 )
