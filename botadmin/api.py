@@ -180,7 +180,9 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
                 "forbidden", str(exception) or "Forbidden.", status.HTTP_403_FORBIDDEN
             )
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return handler500(request)
+        response = handler500(request)
+        response._has_been_logged = True  # django.utils.log.log_response: not a second line
+        return response
 
 
 def _is_api(request) -> bool:

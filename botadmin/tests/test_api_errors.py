@@ -153,3 +153,24 @@ def test_suspicious_request_in_a_plain_api_view_is_400_json_in_production(
     )
     assert response.status_code == 400
     assert response.json() == {"error": "bad_request", "detail": "Bad request."}
+
+
+def test_a_crash_in_a_plain_api_view_is_logged_once_with_its_traceback_in_debug(
+    client, lark_bot, settings, monkeypatch, caplog
+):
+    from interactions.lark import ingress
+
+    def broken(bot, body, headers):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ingress, "process", broken)
+    settings.DEBUG = True
+    client.raise_request_exception = False
+    with caplog.at_level("ERROR"):
+        response = client.post(
+            f"/lark/{lark_bot.app_id}/callback", data={}, content_type="application/json"
+        )
+    assert response.status_code == 500
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert errors[0].exc_info and isinstance(errors[0].exc_info[1], RuntimeError)
