@@ -26,8 +26,10 @@ import hmac
 import json
 import logging
 import time
+import traceback
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lark_oapi as lark
@@ -67,12 +69,43 @@ def _reject(status: int, code: str, detail: str):
     raise rejection
 
 
+#: Inside `process()`: a list collecting what lark-oapi failed on (one line each), else None.
+_lark_failures: ContextVar[list[str] | None] = ContextVar("lark_ingress_failures", default=None)
+
+#: Source folders of Cardloop's own code (a failure raised there is a bug: keep its traceback).
+_OWN_CODE = tuple(
+    str(Path(__file__).resolve().parents[2] / app)
+    for app in ("botadmin", "interactions", "feedback")
+)
+
+
+def _raised_in_own_code(exc: BaseException) -> bool:
+    return any(
+        frame.f_code.co_filename.startswith(_OWN_CODE)
+        for frame, _line in traceback.walk_tb(exc.__traceback__)
+    )
+
+
 class _SilenceRejections(logging.Filter):
-    """lark-oapi logs every refused request with a traceback; Cardloop logs one line instead."""
+    """lark-oapi logs every request it cannot handle at ERROR with a traceback, so anyone who
+    can POST to the callback URL could fill the log with tracebacks. Cardloop logs one WARNING
+    line per refusal itself (`process`), so inside `process()` such a record is dropped and its
+    exception kept for that line: a `Rejection` (bad token, signature, …) always, any other
+    failure (a payload lark-oapi cannot read, e.g. `{"schema": "2.0"}`) unless it was raised in
+    Cardloop's own code, whose tracebacks stay in the log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, Rejection)
+        if isinstance(exc, Rejection):
+            return False
+        failures = _lark_failures.get()
+        if failures is None or record.levelno < logging.ERROR:
+            return True
+        if exc is not None and _raised_in_own_code(exc):
+            return True
+        summary = f"{type(exc).__name__}: {exc}" if exc is not None else record.getMessage()
+        failures.append(summary[:200])
+        return False
 
 
 logging.getLogger("Lark").addFilter(_SilenceRejections())
@@ -238,11 +271,14 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
     raw.headers = headers
     dispatcher.reset_after_answer()
     reset = _rejection.set(None)
+    failures: list[str] = []
+    reset_failures = _lark_failures.set(failures)
     try:
         response = CardloopEventDispatcher(bot, credentials).do(raw)
         rejection = _rejection.get()
     finally:
         _rejection.reset(reset)
+        _lark_failures.reset(reset_failures)
     after_answer = dispatcher.take_after_answer()
     if response.status_code == 200:
         try:
@@ -261,7 +297,9 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
             rejection.status, {"error": rejection.code, "detail": rejection.detail}
         )
     log.warning(
-        "lark ingress %s: payload lark-oapi could not process; refused with 400", bot.app_id
+        "lark ingress %s: payload lark-oapi could not process (%r); refused with 400",
+        bot.app_id,
+        "; ".join(failures) or "no reason given",
     )
     return _error(400, "malformed_payload", "The payload is not a Feishu event or callback.")
 

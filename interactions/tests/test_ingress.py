@@ -316,6 +316,41 @@ def test_malformed_bodies_are_json_400s(lark_callback, raw):
     assert _assert_json(response)["error"] in {"malformed_body", "malformed_payload"}
 
 
+@pytest.mark.parametrize(
+    "raw", [b'{"schema": "2.0"}', b"{}", b'{"type": "event_callback\\n\\u001b[31m"}']
+)
+def test_payloads_lark_oapi_cannot_read_are_one_warning_line_without_a_traceback(
+    lark_callback, raw, caplog
+):
+    # Anyone can POST here: lark-oapi's ERROR + traceback per such request is dropped, and
+    # Cardloop's one line names the reason (quoted: no control characters reach the log).
+    with caplog.at_level(logging.INFO):
+        response = lark_callback(raw, encrypt=False)
+    assert response.status_code == 400
+    assert _assert_json(response)["error"] == "malformed_payload"
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert [r for r in caplog.records if r.exc_info] == []
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "interactions.lark.ingress"]
+    assert "could not process (" in line and "refused with 400" in line
+    assert "\n" not in line and "\x1b" not in line
+
+
+def test_an_error_raised_in_cardloops_own_processor_keeps_its_traceback(
+    lark_callback, monkeypatch, caplog
+):
+    from interactions.lark import ingress
+
+    def broken(self, data):
+        raise RuntimeError("bug in Cardloop")
+
+    monkeypatch.setattr(ingress._CardActionProcessor, "do", broken)
+    with caplog.at_level(logging.INFO):
+        response = lark_callback(feishu.payload("card_action_feedback_click"))
+    assert response.status_code == 400
+    (kept,) = [r for r in caplog.records if r.exc_info]
+    assert kept.levelno == logging.ERROR and isinstance(kept.exc_info[1], RuntimeError)
+
+
 DEEP = b'{"schema": "2.0", "event": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
 
