@@ -8,6 +8,7 @@ is imported, which `botadmin.api` itself imports.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rest_framework import exceptions, parsers
@@ -23,16 +24,24 @@ def loads_untrusted(data: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def contains_nul(value: Any) -> bool:
-    """True when a NUL character (U+0000) is in any string of parsed JSON `value` (keys
-    included). PostgreSQL text cannot store one (`DataError`), so input that would reach the
-    database is refused with a clear answer before any write. Walks iteratively (no recursion
-    limit)."""
+#: What no Cardloop store can hold: NUL (PostgreSQL text and jsonb refuse it) and lone UTF-16
+#: surrogates U+D800–U+DFFF (`json.loads` turns a valid `\ud83d\ude00` pair into one code
+#: point, so any surrogate left in a str is lone; UTF-8 cannot encode it, and neither SQLite,
+#: PostgreSQL nor Feishu's JSON can take it).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def contains_unstorable(value: Any) -> bool:
+    """True when a NUL character or a lone surrogate (`UNSTORABLE`) is in any string of parsed
+    JSON `value` (keys included). Such input would fail later inside a database write or a
+    UTF-8 encode (`DataError`, `UnicodeEncodeError`: a 500 or a traceback), so it is refused
+    with a clear answer before any write. Walks iteratively (no recursion limit)."""
     stack = [value]
+    search = UNSTORABLE.search
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
+            if search(item):
                 return True
         elif isinstance(item, dict):
             stack.extend(item.keys())
@@ -43,12 +52,20 @@ def contains_nul(value: Any) -> bool:
 
 
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser, with JSON nested deeper than Python's recursion limit (about 1000
-    levels) answered as a parse error (400 `bad_request`) instead of escaping as a
-    `RecursionError` (500)."""
+    """DRF's JSON parser, with two more parse errors (400 `bad_request`) instead of a 500:
+    JSON nested deeper than Python's recursion limit (about 1000 levels; `RecursionError`),
+    and a NUL character or a lone surrogate in any string (`contains_unstorable`; DRF's
+    CharField refuses them, but JSON fields such as a delivery's `card` or `usage` would reach
+    a UTF-8 encode or the database with them)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise exceptions.ParseError("JSON parse error - nested too deeply.") from None
+        if contains_unstorable(data):
+            raise exceptions.ParseError(
+                "JSON parse error - strings must not contain NUL (\\u0000) or a lone "
+                "surrogate (\\ud800-\\udfff)."
+            )
+        return data

@@ -11,7 +11,7 @@ import random
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from botadmin.parsers import contains_nul, loads_untrusted
+from botadmin.parsers import contains_unstorable, loads_untrusted
 from interactions import panels
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,11 @@ class PanelConsumer(AsyncWebsocketConsumer):
                 raise panels.ClientError("malformed_json", "The frame is not JSON.")
             if not isinstance(message, dict) or not isinstance(message.get("type"), str):
                 raise panels.ClientError("invalid_message", {"type": "a string is required"})
-            if contains_nul(message):
-                raise panels.ClientError("invalid_message", "Text must not contain NUL (\\u0000).")
+            if contains_unstorable(message):
+                raise panels.ClientError(
+                    "invalid_message",
+                    "Text must not contain NUL (\\u0000) or a lone surrogate (\\ud800-\\udfff).",
+                )
             kind = message["type"]
             if kind == "ask_user_questions_result":
                 reply = await database_sync_to_async(panels.submit)(self.user, message)

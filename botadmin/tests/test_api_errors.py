@@ -174,3 +174,56 @@ def test_a_crash_in_a_plain_api_view_is_logged_once_with_its_traceback_in_debug(
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1, [r.getMessage() for r in errors]
     assert errors[0].exc_info and isinstance(errors[0].exc_info[1], RuntimeError)
+
+
+def _delivery_body(card_text: str, usage: dict | None = None) -> str:
+    """A delivery request as JSON text; json.dumps writes a lone surrogate as a `\\udXXX`
+    escape (ensure_ascii), exactly as a client might send it."""
+    import json
+
+    return json.dumps(
+        {
+            "chat_id": "oc_x",
+            "requester_open_id": "ou_r",
+            "response_kind": "final",
+            "session_id": "s",
+            "turn_id": "t",
+            "card": {
+                "schema": "2.0",
+                "body": {"elements": [{"tag": "markdown", "content": card_text}]},
+            },
+            "usage": usage,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("card_text", "usage"),
+    [
+        ("x\ud800y", None),  # a lone high surrogate in the card's text
+        ("x\udfff", None),
+        ("x\x00y", None),
+        ("ok", {"note": "\ud83d"}),  # a JSON field that is stored
+        ("ok", {"note\x00": 1}),
+    ],
+    ids=["card-high", "card-low", "card-nul", "usage-surrogate", "usage-nul-key"],
+)
+def test_nul_or_lone_surrogate_anywhere_in_an_api_body_is_a_400_and_nothing_is_written(
+    bot_client, debug, card_text, usage
+):
+    from feedback.models import Delivery
+
+    bot_client.raise_request_exception = False
+    body = _delivery_body(card_text, usage)
+    response = bot_client.post("/api/v1/deliveries", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+    assert "surrogate" in response.json()["detail"]
+    assert not Delivery.objects.exists()
+
+
+def test_a_valid_surrogate_pair_is_one_character_and_accepted(bot_client):
+    body = _delivery_body("ok \ud83d\ude00", {"n": "\U0001f600"})
+    assert "\\ud83d\\ude00" in body  # sent as an escaped pair
+    response = bot_client.post("/api/v1/deliveries", data=body, content_type="application/json")
+    assert response.status_code == 201, response.content

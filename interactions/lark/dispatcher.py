@@ -9,8 +9,9 @@
    ASGI route runs the whole request in a `POOL` thread (`run_in_worker`);
 2. dedupe: `interactions.inbound.claim_event` on `header.event_id`; a repeat gets the first
    answer's toast or an info toast, and no handler runs again (B06);
-3. a payload with a NUL character anywhere is refused (warning toast, nothing written:
-   PostgreSQL text cannot hold one); the callback value (`action.value`, object or JSON
+3. a payload with a NUL character or a lone surrogate anywhere is refused (warning toast,
+   nothing written: PostgreSQL text cannot hold a NUL, UTF-8 no lone surrogate); the callback
+   value (`action.value`, object or JSON
    string) picks the handler by `kind`
    (`interactions.registry`); unknown kind → warning toast; a handler that raises → error
    toast with the traceback logged; never a 500 (B07);
@@ -41,7 +42,7 @@ from django.db import connections
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.db.sqlite3.base import keep_connections_in_this_thread
-from botadmin.parsers import contains_nul
+from botadmin.parsers import contains_unstorable
 from interactions import cards, inbound, registry
 from interactions.lark.cardjson import validate_card
 
@@ -157,8 +158,10 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
     response body (`{}`, toast and/or raw card) within the callback budget. Never raises.
     Inside `run_in_worker` the work runs in the calling thread and the caller keeps the
     budget."""
-    if contains_nul(payload):
-        log.warning("card action of %s carries a NUL character; refused", bot.app_id)
+    if contains_unstorable(payload):
+        log.warning(
+            "card action of %s carries a NUL character or a lone surrogate; refused", bot.app_id
+        )
         return _toast("warning", _("This request contains characters Cardloop cannot accept."))
     hold = cards.Hold()
     try:
@@ -188,9 +191,10 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
 def handle_event(bot, payload: dict[str, Any]) -> None:
     """Deliver a verified ordinary event of `bot` to its registered handlers (within the
     budget; a slow handler keeps running in its thread of `EVENT_POOL`). Never raises. An
-    event with a NUL character anywhere is dropped with a warning (nothing could store it)."""
-    if contains_nul(payload):
-        log.warning("event of %s carries a NUL character; dropped", bot.app_id)
+    event with a NUL character or a lone surrogate anywhere is dropped with a warning (nothing
+    could store it)."""
+    if contains_unstorable(payload):
+        log.warning("event of %s carries a NUL character or a lone surrogate; dropped", bot.app_id)
         return
     _release_caller_connection()
     future = EVENT_POOL.submit(run_isolated, _deliver_event, bot, payload)

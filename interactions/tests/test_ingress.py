@@ -614,16 +614,19 @@ async def test_card_action_through_the_asgi_application_is_answered_with_json(
     assert (status, answer) == (200, {"challenge": "ajls384kdjx98XX"})
 
 
+@pytest.mark.parametrize("bad", ["x\x00y", "x\ud800y", "\udfff"], ids=["nul", "high", "low"])
 @pytest.mark.parametrize(
     "path",
     ["event.action.value.delivery", "header.event_id", "event.operator.open_id", "event.token"],
 )
-def test_nul_anywhere_in_a_card_action_gets_a_warning_toast_and_nothing_is_written(
-    lark_callback, register_card_handler, caplog, path
+def test_nul_or_lone_surrogate_anywhere_in_a_card_action_gets_a_warning_toast_and_nothing_is_written(
+    lark_callback, register_card_handler, caplog, path, bad
 ):
     calls = []
     register_card_handler("feedback", lambda action: calls.append(action))
-    response = lark_callback(feishu.payload("card_action_feedback_click", {path: "x\x00y"}))
+    # ensure_ascii: a lone surrogate goes out as a `\\udXXX` escape, as a sender could write it
+    payload = json.dumps(feishu.payload("card_action_feedback_click", {path: bad})).encode()
+    response = lark_callback(payload)
     answer = _assert_json(response)
     assert answer["toast"]["type"] == "warning"
     assert answer["toast"]["i18n"]["zh_cn"] == "请求中包含 Cardloop 无法接受的字符。"
@@ -631,12 +634,13 @@ def test_nul_anywhere_in_a_card_action_gets_a_warning_toast_and_nothing_is_writt
     assert not [r for r in caplog.records if r.exc_info]
 
 
-def test_event_with_a_nul_is_acked_and_dropped_without_a_traceback(
-    lark_callback, register_card_handler, caplog
+@pytest.mark.parametrize("bad", ["ev\x00", "ev\ud83d"], ids=["nul", "surrogate"])
+def test_event_with_a_nul_or_lone_surrogate_is_acked_and_dropped_without_a_traceback(
+    lark_callback, register_card_handler, caplog, bad
 ):
     seen = []
     register_card_handler.event("im.message.receive_v1", seen.append)
-    payload = feishu.payload("im_message_receive", {"header.event_id": "ev\x00"})
+    payload = json.dumps(feishu.payload("im_message_receive", {"header.event_id": bad})).encode()
     response = lark_callback(payload)
     assert response.status_code == 200
     assert seen == [] and not InboundEvent.objects.exists()

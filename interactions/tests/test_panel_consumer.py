@@ -123,6 +123,12 @@ async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token,
             ),
             "invalid_message",
         ),
+        (  # nor can UTF-8 hold a lone surrogate
+            json.dumps(
+                {"type": "ask_user_questions_result", "requestId": "ask_\ud800", "answers": []}
+            ),
+            "invalid_message",
+        ),
     ]
     for frame, code in cases:
         await comm.send_to(text_data=frame)
