@@ -22,8 +22,9 @@ Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
 5. **Send** outside any transaction: `interactions.cards.send_card` (CardKit entity, message
    `uuid` = delivery id so Feishu dedupes a resend for 1 h). Two-phase: when the backend sent
    the card itself (`platform_message_id` + `card_id`), the card is registered
-   (`cards.register_card`) and, when feedback is shown, the composed card is written to the
-   entity with its next CardKit sequence.
+   (`cards.register_card`), the ids are claimed for the delivery (a message another delivery
+   owns is refused before its card is touched) and, when feedback is shown, the composed card
+   is written to the entity with its next CardKit sequence.
 6. **Mark sent** in one transaction with `terminals.reconcile_delivery` (`turn.completed` if
    the worker terminal came first). A failed send marks the delivery `send_failed` with an
    `error_code` (`lark_<code>`; analytics counts these) and raises `SendFailed`.
@@ -359,6 +360,7 @@ def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any]
                 sequence=request.sequence,
                 purpose="feedback",
             )
+            _claim_platform_ids(delivery, entity)
             if delivery.feedback_shown and composed is not None:
                 _write_whole_card(entity, composed)
         else:
@@ -374,10 +376,35 @@ def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any]
         log.warning("delivery %s: Feishu refused the card: %s", delivery.delivery_id, exc)
         _mark_failed(delivery, f"lark_{exc.code}")
         raise SendFailed(delivery, code=exc.code, msg=exc.msg, log_id=exc.log_id) from None
+    except InvalidDelivery:
+        raise  # already marked failed (`_claim_platform_ids`)
     except ValueError as exc:  # register_card: ids registered to another card
         _mark_failed(delivery, "card_conflict")
         raise InvalidDelivery({"card_id": [str(exc)]}) from None
     _mark_sent(delivery, entity)
+
+
+def _claim_platform_ids(delivery: Delivery, entity: CardEntity) -> None:
+    """Two-phase registration: record the backend's message and card on the still `pending`
+    delivery *before* anything is written to the card. The database allows one delivery per
+    platform message (`delivery_platform_message_unique`), so a message another delivery owns
+    is refused here (`message_taken`, InvalidDelivery) and its card is never touched;
+    concurrent registrations of one message wait on each other and one wins."""
+    try:
+        with transaction.atomic():
+            Delivery.objects.filter(pk=delivery.pk).update(
+                platform_message_id=entity.open_message_id, card_id=entity.card_id
+            )
+    except IntegrityError:
+        _refuse_taken_message(delivery)
+
+
+def _refuse_taken_message(delivery: Delivery):
+    """Mark `delivery` failed (`message_taken`) and raise InvalidDelivery naming the field."""
+    _mark_failed(delivery, "message_taken")
+    raise InvalidDelivery(
+        {"platform_message_id": [str(_("This message already belongs to another delivery."))]}
+    ) from None
 
 
 def _write_whole_card(entity: CardEntity, card: dict[str, Any]) -> None:
@@ -416,10 +443,7 @@ def _mark_sent(delivery: Delivery, entity: CardEntity) -> None:
             terminals.reconcile_delivery(locked)
     except IntegrityError:
         # Another delivery already owns this platform message (one delivery per message).
-        _mark_failed(delivery, "message_taken")
-        raise InvalidDelivery(
-            {"platform_message_id": [str(_("This message already belongs to another delivery."))]}
-        ) from None
+        _refuse_taken_message(delivery)
     delivery.refresh_from_db()
 
 

@@ -280,14 +280,95 @@ def test_two_phase_registration_registers_the_card_and_writes_the_feedback_area(
     )
 
 
-def test_one_delivery_per_platform_message(feedback_api):
+def test_one_delivery_per_platform_message_and_a_refused_one_never_touches_the_card(
+    feedback_api,
+):
     stub = feedback_api.stub
     card_id = stub.add_card(answer_card(), app_id=feedback_api.bot.app_id)
-    assert feedback_api.deliver(platform_message_id="om_x", card_id=card_id).status_code == 201
-    again = feedback_api.deliver(platform_message_id="om_x", card_id=card_id)
+    first = feedback_api.deliver(platform_message_id="om_x", card_id=card_id)
+    assert first.status_code == 201
+    assert stub.cards[card_id].sequences == [1]
+    written = stub.cards[card_id].card
+    again = feedback_api.deliver(
+        platform_message_id="om_x", card_id=card_id, session_id="s-other", turn_id="t-other"
+    )
     assert again.status_code == 400
     assert "platform_message_id" in again.json()["detail"]
     assert Delivery.objects.filter(platform_message_id="om_x").count() == 1
+    # the first delivery's card keeps its own feedback area: nothing was written to it
+    assert stub.cards[card_id].sequences == [1]
+    assert stub.cards[card_id].card == written
+    refused = Delivery.objects.get(session_id="s-other")
+    assert (refused.status, refused.error_code, refused.platform_message_id) == (
+        "send_failed",
+        "message_taken",
+        "",
+    )
+
+
+@pytest.mark.postgres
+def test_concurrent_registrations_of_one_message_by_different_turns_write_its_card_once(
+    feedback_api,
+):
+    from rest_framework.test import APIClient
+
+    stub = feedback_api.stub
+    card_id = stub.add_card(answer_card(), app_id=feedback_api.bot.app_id)
+    auth = feedback_api._credentials["HTTP_AUTHORIZATION"]
+    barrier = threading.Barrier(6)
+    results = []
+
+    def register(i):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=auth)
+        barrier.wait()
+        try:
+            r = client.post(
+                "/api/v1/deliveries",
+                {
+                    "chat_id": "oc_group_chat",
+                    "requester_open_id": "ou_requester",
+                    "response_kind": "final",
+                    "session_id": "s-reg",
+                    "turn_id": f"t-reg-{i}",
+                    "platform_message_id": "om_shared",
+                    "card_id": card_id,
+                    "card": answer_card(),
+                },
+                format="json",
+            )
+            results.append(r.status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == [201] + [400] * 5
+    assert stub.cards[card_id].sequences == [1]
+    (owner,) = Delivery.objects.filter(platform_message_id="om_shared")
+    assert owner.status == "sent"
+    assert Delivery.objects.filter(error_code="message_taken").count() == 5
+
+
+def test_registering_the_message_of_a_card_cardloop_sent_is_refused_before_any_card_update(
+    feedback_api,
+):
+    stub = feedback_api.stub
+    sent = feedback_api.deliver(session_id="s-own", turn_id="t-own").json()
+    before = list(stub.cards[sent["card_id"]].sequences)
+    hijack = feedback_api.deliver(
+        session_id="s-2p",
+        turn_id="t-2p",
+        platform_message_id=sent["platform_message_id"],
+        card_id=sent["card_id"],
+    )
+    assert hijack.status_code == 400
+    assert "platform_message_id" in hijack.json()["detail"]
+    assert stub.cards[sent["card_id"]].sequences == before
+    assert stub.calls_to("PUT", f"/open-apis/cardkit/v1/cards/{sent['card_id']}") == []
 
 
 def test_destinations_are_frozen_and_a_terminal_that_came_first_completes_the_turn(
