@@ -317,15 +317,23 @@ def test_malformed_bodies_are_json_400s(lark_callback, raw):
 
 
 @pytest.mark.parametrize(
-    "raw", [b'{"schema": "2.0"}', b"{}", b'{"type": "event_callback\\n\\u001b[31m"}']
+    ("raw", "encrypt"),
+    [
+        (b'{"schema": "2.0"}', False),
+        (b"{}", False),
+        (b'{"type": "event_callback\\n\\u001b[31m"}', False),
+        (b"not json", True),  # decrypts (signed, right key) to something that is not JSON
+        (b"[1, 2]", True),
+        (b'{"open_message_id": "om_x", "action": {}}', True),  # legacy v1 shape, encrypted
+    ],
 )
 def test_payloads_lark_oapi_cannot_read_are_one_warning_line_without_a_traceback(
-    lark_callback, raw, caplog
+    lark_callback, raw, encrypt, caplog
 ):
     # Anyone can POST here: lark-oapi's ERROR + traceback per such request is dropped, and
     # Cardloop's one line names the reason (quoted: no control characters reach the log).
     with caplog.at_level(logging.INFO):
-        response = lark_callback(raw, encrypt=False)
+        response = lark_callback(raw, encrypt=encrypt)
     assert response.status_code == 400
     assert _assert_json(response)["error"] == "malformed_payload"
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
