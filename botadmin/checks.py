@@ -29,8 +29,10 @@ def check_secret_key(app_configs=None, **kwargs):
         return [
             Error(
                 "DJANGO_SECRET_KEY is missing or not a real secret while DEBUG is off.",
-                hint="Set DJANGO_SECRET_KEY to 50+ random characters, e.g. "
-                "python -c 'import secrets; print(secrets.token_urlsafe(50))'.",
+                hint="In production, set DJANGO_SECRET_KEY to 50+ random characters, e.g. "
+                "python -c 'import secrets; print(secrets.token_urlsafe(50))'. On a "
+                "development machine (as `make run` does), set DJANGO_DEBUG=true instead, "
+                "in the shell or in a .env file in the project root.",
                 id="cardloop.E001",
             )
         ]

@@ -60,6 +60,15 @@ def test_production_refuses_a_missing_or_weak_secret_key(key):
         assert "cardloop.E001" in _ids()
 
 
+def test_the_missing_key_error_tells_a_developer_to_set_django_debug():
+    # manage.py commands in a second shell without DJANGO_DEBUG hit this check first
+    from django.conf import settings
+
+    with override_settings(DEBUG=False, SECRET_KEY=settings.MISSING_SECRET_KEY):
+        (error,) = [m for m in run_checks() if m.id == "cardloop.E001"]
+    assert "DJANGO_DEBUG=true" in error.hint and ".env" in error.hint
+
+
 def test_production_accepts_a_real_secret_key():
     with override_settings(DEBUG=False, SECRET_KEY="Zq8-" + "v7Hk2LmN9pQrStUw" * 4):
         assert "cardloop.E001" not in _ids()
