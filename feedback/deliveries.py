@@ -204,6 +204,10 @@ def _card_problems(card: Any) -> list[str]:
         return exc.problems
 
 
+def _with_area(problem: str) -> str:
+    return str(_("With Cardloop's feedback area added: %(problem)s")) % {"problem": problem}
+
+
 def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     """Send (or register) the final answer of `request` for `bot`; see the module docstring.
 
@@ -262,7 +266,8 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
             raise InvalidDelivery({"card": exc.problems[:20]}) from None
         problems_after = validate_card(composed)
         if problems_after:
-            raise InvalidDelivery({"card": problems_after[:20]})
+            # the caller's card alone passed: the feedback area pushed it over a limit
+            raise InvalidDelivery({"card": [_with_area(p) for p in problems_after[:20]]})
 
     chat = Chat.objects.filter(chat_id=request.chat_id).first()
     team = resolution.team

@@ -454,3 +454,32 @@ def test_a_card_without_update_multi_is_sent_with_it(feedback_api):
     assert create.field_json("data")["config"] == {"update_multi": True}
     delivery = Delivery.objects.get()
     assert delivery.content_hash == feedback_cards.content_hash(card)  # of the caller's card
+
+
+def test_a_card_that_only_the_feedback_area_pushes_over_the_size_limit_says_so(feedback_api):
+    from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
+
+    card = answer_card()
+    filler = MAX_CARD_BYTES - len(card_bytes(card)) - 200  # alone: just under the limit
+    card["body"]["elements"][0]["content"] += "x" * filler
+    response = feedback_api.deliver(card=card)  # the default language: zh-hans
+    assert response.status_code == 400
+    (problem,) = response.json()["detail"]["card"]
+    assert problem.startswith("加上 Cardloop 的反馈区后：$: ")
+    assert f"at most {MAX_CARD_BYTES}" in problem
+    assert not Delivery.objects.exists()
+
+    en = feedback_api.post(
+        "/api/v1/deliveries",
+        {
+            "chat_id": "oc_group_chat",
+            "requester_open_id": "ou_requester",
+            "response_kind": "final",
+            "session_id": "s-zh",
+            "turn_id": "t-zh",
+            "card": card,
+        },
+        format="json",
+        HTTP_ACCEPT_LANGUAGE="en",
+    )
+    assert en.json()["detail"]["card"][0].startswith("With Cardloop's feedback area added: $: ")
