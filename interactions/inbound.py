@@ -44,7 +44,13 @@ def claim_event(bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool
             "(bot_id, event_id, event_type, status, answer, received_at, finished_at) "
             "VALUES (%s, %s, %s, %s, NULL, %s, NULL) "
             "ON CONFLICT (bot_id, event_id) DO NOTHING RETURNING id",
-            [bot.pk, event_id, event_type, InboundEvent.Status.PROCESSING, now],
+            [
+                bot.pk,
+                event_id,
+                event_type,
+                InboundEvent.Status.PROCESSING,
+                connection.ops.adapt_datetimefield_value(now),
+            ],
         )
         inserted = cursor.fetchone()
     if inserted is None:

@@ -32,6 +32,40 @@ def test_the_first_claim_creates_the_row_and_a_repeat_gets_it(lark_bot):
     assert inbound.claim_event(other, "evt_claim_1", "card.action.trigger")[1]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_claim_and_finish_store_times_as_the_orm_does_so_pruning_compares_like_with_like(
+    lark_bot,
+):
+    # On SQLite a datetime is text: the hand-written statements must write the ORM's format
+    # (naive UTC), or range filters such as `prune_events` compare two formats as strings.
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from botadmin.db.rows import quoted_table
+
+    row, _ = inbound.claim_event(lark_bot, "evt_claim_times", "card.action.trigger")
+    inbound.finish_event(row, {})
+    orm = InboundEvent.objects.create(
+        bot=lark_bot, event_id="evt_orm", event_type="x", received_at=timezone.now()
+    )
+    if connection.vendor == "sqlite":  # the stored text (`|| ''`: no datetime converter)
+        table = quoted_table(InboundEvent)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT received_at || '', finished_at || '' FROM {table} WHERE id = %s",  # noqa: S608
+                [row.pk],
+            )
+            received, finished = cursor.fetchone()
+            cursor.execute(f"SELECT received_at || '' FROM {table} WHERE id = %s", [orm.pk])  # noqa: S608
+            (orm_received,) = cursor.fetchone()
+        assert "+" not in orm_received  # the ORM writes naive UTC
+        assert "+" not in received and "+" not in finished
+    assert inbound.prune_events(now=timezone.now() + inbound.RETENTION + timedelta(seconds=1))
+    assert not InboundEvent.objects.exists()
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_racing_claims_of_one_event_create_exactly_one_row(lark_bot):
