@@ -213,6 +213,8 @@ class WorkerLoop:
 
     def install_signal_handlers(self) -> None:
         def _stop(signum, frame):
+            if self.stop_event.is_set():
+                return  # one line per stop: `serve` forwards the signal its group also got
             log.info("%s: signal %s received, finishing the current batch", self.name, signum)
             self.stop_event.set()
 

@@ -587,6 +587,7 @@ def test_card_worker_process_applies_updates_and_stops_cleanly_on_sigterm(make_b
     output = log_path.read_text()
     assert "recovered 1 stale card update" in output
     assert "element=fb_prompt sequence=1" in output
+    assert "card_worker: started" in output and output.rstrip().endswith("card_worker: stopped")
 
 
 @pytest.mark.asyncio
@@ -612,3 +613,27 @@ async def test_held_updates_are_released_once_the_asgi_response_was_sent(
     row = await CardUpdate.objects.aget()
     await sync_to_async(connections.close_all)()  # the async ORM's thread keeps its session
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
+
+
+def test_a_repeated_stop_signal_is_logged_once(caplog):
+    # Under `serve` a worker gets SIGTERM twice: from its process group and from serve.
+    import os
+    import signal
+
+    from interactions.workqueue import WorkerLoop
+
+    loop = WorkerLoop(lambda: 0, name="test_worker")
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        loop.install_signal_handlers()
+        with caplog.at_level("INFO", logger="interactions.workqueue"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+    assert loop.stop_event.is_set()
+    assert [r.getMessage() for r in caplog.records] == [
+        "test_worker: signal 15 received, finishing the current batch"
+    ]

@@ -42,4 +42,7 @@ class Command(BaseCommand):
         )
         if not once:
             loop.install_signal_handlers()
+        self.stdout.write(f"card_worker: started (batch {batch})")
+        self.stdout.flush()
         loop.run(once=once)
+        self.stdout.write("card_worker: stopped")
