@@ -7,9 +7,13 @@ Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
    dispatch_attempt, discriminator) when session and turn are given (database constraint
    `delivery_correlation_unique`). A request whose correlation is known returns that delivery
    and sends nothing (`created=False`) — also the loser of two concurrent first requests, which
-   hits the constraint and reads the winner. Only a delivery whose send *failed* is sent again,
-   and only by the request that moves it from `send_failed` back to `pending` (one conditional
-   UPDATE), so a burst of retries still sends once.
+   hits the constraint and reads the winner. Only a delivery whose send *failed*, or was
+   *interrupted* (still `pending` after `STALE_SEND`: the process sending it died), is sent
+   again, and only by the request whose conditional UPDATE claims it, so a burst of retries
+   still sends once. The resend reuses the CardKit entity the first attempt recorded and the
+   same message `uuid`, so Feishu shows one card whichever step the first attempt died in;
+   `fail_interrupted_sends` (outbox_worker) marks such deliveries `send_failed` /
+   `send_interrupted` so that analytics counts them.
 2. **Policy.** `botadmin.services.effective_policy_for(bot, chat_id)`; feedback is shown only
    for `response_kind == "final"` (else reason `not_final`) and when the policy says so
    (`disabled`, `api_only`, `ambiguous_team`, `invalid_policy` otherwise). The full policy is
@@ -32,15 +36,18 @@ Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, Chat
@@ -68,6 +75,11 @@ METADATA_FIELDS: tuple[str, ...] = (
     "reasoning_effort",
 )
 REASON_NOT_FINAL = "not_final"
+
+#: A delivery still `pending` this long after its last send began was interrupted: one send is
+#: at most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each.
+STALE_SEND = timedelta(minutes=2)
+ERROR_SEND_INTERRUPTED = "send_interrupted"
 
 
 class InvalidDelivery(ValueError):
@@ -310,13 +322,23 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
 
 
 def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
-    """A known correlation: return it; only a `send_failed` one is sent again, by the one
-    request whose conditional UPDATE moves it back to `pending`."""
-    if existing.status != Delivery.Status.SEND_FAILED:
+    """A known correlation: return it. Only a `send_failed` one, or a `pending` one whose send
+    was interrupted (`STALE_SEND`), is sent again, by the one request whose conditional UPDATE
+    claims it (moves it back to `pending` with a fresh `updated_at`)."""
+    now = timezone.now()
+    rows = Delivery.objects.filter(pk=existing.pk)
+    if existing.status == Delivery.Status.SEND_FAILED:
+        claimed = rows.filter(status=Delivery.Status.SEND_FAILED).update(
+            status=Delivery.Status.PENDING, error_code="", updated_at=now
+        )
+    elif existing.status == Delivery.Status.PENDING and existing.updated_at < now - STALE_SEND:
+        claimed = rows.filter(
+            status=Delivery.Status.PENDING, updated_at__lt=now - STALE_SEND
+        ).update(updated_at=now)
+        if claimed:
+            log.warning("delivery %s: its send was interrupted; sending again", existing.pk)
+    else:
         return Delivered(existing, created=False)
-    claimed = Delivery.objects.filter(pk=existing.pk, status=Delivery.Status.SEND_FAILED).update(
-        status=Delivery.Status.PENDING, error_code=""
-    )
     if not claimed:
         existing.refresh_from_db()
         return Delivered(existing, created=False)
@@ -326,6 +348,10 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
     if card is not None:
         if feedback_cards.content_hash(card) != existing.content_hash and existing.content_hash:
             log.info("delivery %s: resent with an edited card", existing.delivery_id)
+            if existing.card_id and not request.registers:
+                # the recorded entity shows the old card: the edited one gets its own
+                rows.update(card_id="")
+                existing.card_id = ""
         area = (
             feedback_cards.feedback_area(existing.policy_snapshot or {}, existing.delivery_id, None)
             if existing.feedback_shown
@@ -376,6 +402,8 @@ def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any]
                 receive_id_type="chat_id",
                 uuid=delivery.delivery_id,
                 purpose="feedback",
+                card_id=delivery.card_id,  # an earlier, interrupted attempt's entity
+                on_created=functools.partial(_record_card_id, delivery),
             )
     except LarkApiError as exc:
         log.warning("delivery %s: Feishu refused the card: %s", delivery.delivery_id, exc)
@@ -387,6 +415,27 @@ def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any]
         _mark_failed(delivery, "card_conflict")
         raise InvalidDelivery({"card_id": [str(exc)]}) from None
     _mark_sent(delivery, entity)
+
+
+def _record_card_id(delivery: Delivery, card_id: str) -> None:
+    """Keep the CardKit entity just created for `delivery` before its message is sent, so a
+    resend after a crash reuses it (`cards.send_card`)."""
+    Delivery.objects.filter(pk=delivery.pk).update(card_id=card_id)
+    delivery.card_id = card_id
+
+
+def fail_interrupted_sends(now=None) -> int:
+    """Mark deliveries still `pending` `STALE_SEND` after their send began as `send_failed`
+    with `error_code` `send_interrupted` (the process sending them died), so analytics counts
+    them and the backend's next retry sends them again. Returns how many. Run periodically
+    by `manage.py outbox_worker`."""
+    now = now or timezone.now()
+    count = Delivery.objects.interrupted_sends(now - STALE_SEND).update(
+        status=Delivery.Status.SEND_FAILED, error_code=ERROR_SEND_INTERRUPTED, updated_at=now
+    )
+    if count:
+        log.warning("%d delivery send(s) were interrupted; marked send_failed", count)
+    return count
 
 
 def _claim_platform_ids(delivery: Delivery, entity: CardEntity) -> None:

@@ -181,7 +181,8 @@ class DeliveryCreateView(APIView):
             "freezes the effective policy on the delivery. 201 when created; 200 with the same "
             "delivery for a retry of the same (session_id, turn_id, native_session_id, "
             "dispatch_attempt, discriminator) — nothing is sent again unless the first send "
-            "failed. With platform_message_id + card_id the card you sent is registered "
+            "failed or was interrupted (still pending after 2 minutes; resent as the same "
+            "Feishu message). With platform_message_id + card_id the card you sent is registered "
             "instead (two-phase). A Feishu failure answers 502 `send_failed`; the delivery is "
             "kept as send_failed and a retry sends it again. The card's text is never stored."
         ),

@@ -30,6 +30,10 @@ class DeliveryQuerySet(models.QuerySet):
         """Deliveries created in [start, end)."""
         return self.filter(created_at__gte=start, created_at__lt=end)
 
+    def interrupted_sends(self, began_before):
+        """Still `pending` though their send (or last resend) began before `began_before`."""
+        return self.filter(status=Delivery.Status.PENDING, updated_at__lt=began_before)
+
     def for_platform_message(self, bot: Bot, open_message_id: str):
         """The delivery shown in message `open_message_id` of `bot` (0 or 1 row; none for "").
         `platform_message_id <> ''` is the partial unique index's condition, without which

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -103,6 +103,8 @@ def send_card(
     uuid: str | None = None,
     purpose: str = "",
     entity: bool = True,
+    card_id: str = "",
+    on_created: Callable[[str], None] | None = None,
 ) -> CardEntity:
     """Send Card JSON 2.0 `card` to `receive_id` and record the card for later updates.
 
@@ -110,6 +112,12 @@ def send_card(
     references it (element updates possible); otherwise the raw card is sent (whole-card
     PATCH updates only). `uuid` makes a retried send return the first message (Feishu, 1 h).
     Network I/O happens outside any transaction; call it outside yours.
+
+    Resending after an interrupted send: `on_created(card_id)` is called once the entity
+    exists and before the message is sent, so the caller can record it; a resend then passes
+    that `card_id` and the entity is reused instead of created again. With the same `uuid`,
+    Feishu answers a message it already has with that message, which shows that entity —
+    so the recorded card is the one on screen, whichever step the first attempt died in.
 
     Raises `InvalidCard` (nothing sent) and `interactions.lark.client.LarkApiError`.
     """
@@ -119,15 +127,20 @@ def send_card(
     if problems:
         raise InvalidCard(problems)
     gateway = gateway_for(bot)
-    card_id = gateway.create_card(card) if entity else ""
+    if entity and not card_id:
+        card_id = gateway.create_card(card)
+        if on_created is not None:
+            on_created(card_id)
     open_message_id = gateway.send_card(
         receive_id=receive_id,
         receive_id_type=receive_id_type,
-        card_id=card_id or None,
+        card_id=card_id if entity else None,
         card=None if entity else card,
         uuid=uuid,
     )
-    return register_card(bot, card_id=card_id, open_message_id=open_message_id, purpose=purpose)
+    return register_card(
+        bot, card_id=card_id if entity else "", open_message_id=open_message_id, purpose=purpose
+    )
 
 
 def register_card(

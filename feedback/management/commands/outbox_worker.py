@@ -3,7 +3,8 @@
 Claims due rows (SKIP LOCKED on PostgreSQL), keeps up to `--concurrency` attempts in flight,
 returns stale claims to pending at start and every `--period` seconds, and on SIGTERM/SIGINT
 claims nothing new, finishes in-flight attempts within `--shutdown-budget` seconds and puts the
-rest back to pending. See `feedback.outbox` for the rules.
+rest back to pending. See `feedback.outbox` for the rules. Its periodic jobs also mark
+deliveries whose send was interrupted as `send_failed` (`feedback.deliveries.fail_interrupted_sends`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
+from feedback import deliveries
 from feedback.outbox import OutboxWorker
 from interactions.workqueue import WorkerLoop
 
@@ -59,7 +61,11 @@ class Command(BaseCommand):
             worker.tick,
             name="outbox_worker",
             idle_sleep=idle_sleep,
-            periodic=[worker.recover_stale, worker.purge_expired_secrets],
+            periodic=[
+                worker.recover_stale,
+                worker.purge_expired_secrets,
+                deliveries.fail_interrupted_sends,
+            ],
             period=period,
         )
         worker.stop_event = loop.stop_event

@@ -1,0 +1,156 @@
+"""A delivery whose send was interrupted (the process died between recording it and Feishu's
+answer) is not stuck `pending` for good: a retry after `STALE_SEND` sends it again with the
+CardKit entity and message `uuid` of the first attempt, so the chat shows one card, and
+`fail_interrupted_sends` marks such deliveries `send_failed` for analytics. Real lark-oapi
+client against the loopback stub."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from feedback import deliveries
+from feedback.models import Delivery
+from feedback.tests.conftest import answer_card
+from interactions import cards
+from interactions.models import CardEntity
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CREATE = "/open-apis/cardkit/v1/cards"
+MESSAGES = "/open-apis/im/v1/messages"
+
+
+def _request(**fields) -> deliveries.DeliveryRequest:
+    values = {
+        "chat_id": "oc_group_chat",
+        "requester_open_id": "ou_requester",
+        "response_kind": "final",
+        "session_id": "s-crash",
+        "turn_id": "t-crash",
+        "card": answer_card(),
+        **fields,
+    }
+    return deliveries.DeliveryRequest(**values)
+
+
+def _crash_in(monkeypatch, module, name):
+    """Make `module.name` die once, as a killed process would at that step."""
+    real = getattr(module, name)
+    calls = {"n": 0}
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt(f"killed in {name}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, dying)
+
+
+def _age(delivery_id: str, by) -> None:
+    Delivery.objects.filter(delivery_id=delivery_id).update(updated_at=timezone.now() - by)
+
+
+def test_a_crash_after_feishu_took_the_message_is_resent_as_the_same_message_and_card(
+    feedback_api, monkeypatch
+):
+    bot, stub = feedback_api.bot, feedback_api.stub
+    _crash_in(monkeypatch, cards, "register_card")  # after the message went out
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    delivery = Delivery.objects.get()
+    assert delivery.status == "pending" and delivery.platform_message_id == ""
+    assert delivery.card_id  # recorded before the message was sent
+    (first_message,) = stub.messages
+
+    # a retry while the first send may still be running sends nothing
+    early = deliveries.deliver(bot, _request())
+    assert (early.created, early.resent, early.delivery.status) == (False, False, "pending")
+    assert len(stub.calls_to("POST", MESSAGES)) == 1
+
+    _age(delivery.delivery_id, deliveries.STALE_SEND + timedelta(seconds=1))
+    late = deliveries.deliver(bot, _request())
+    assert (late.created, late.resent, late.delivery.status) == (False, True, "sent")
+    assert late.delivery.platform_message_id == first_message  # Feishu's uuid dedupe
+    assert late.delivery.card_id == delivery.card_id
+    assert len(stub.calls_to("POST", CREATE)) == 1  # the entity was reused
+    assert len(stub.messages) == 1
+    sends = stub.calls_to("POST", MESSAGES)
+    assert [c.body["uuid"] for c in sends] == [delivery.delivery_id] * 2
+    entity = CardEntity.objects.get(card_id=delivery.card_id)
+    assert entity.open_message_id == first_message
+
+
+def test_a_crash_before_the_message_reuses_the_entity_and_sends_it_once(feedback_api, monkeypatch):
+    from interactions.lark import client
+
+    bot, stub = feedback_api.bot, feedback_api.stub
+    _crash_in(monkeypatch, client.LarkGateway, "send_card")
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    delivery = Delivery.objects.get()
+    assert delivery.card_id and stub.messages == {}
+    _age(delivery.delivery_id, deliveries.STALE_SEND * 2)
+    late = deliveries.deliver(bot, _request())
+    assert late.resent and late.delivery.status == "sent"
+    assert late.delivery.card_id == delivery.card_id
+    assert len(stub.calls_to("POST", CREATE)) == 1
+    (message,) = stub.messages.values()
+    assert message["card_id"] == delivery.card_id
+
+
+def test_an_edited_card_in_the_resend_gets_its_own_entity(feedback_api, monkeypatch):
+    from interactions.lark import client
+
+    bot, stub = feedback_api.bot, feedback_api.stub
+    _crash_in(monkeypatch, client.LarkGateway, "send_card")
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    first_card = Delivery.objects.get().card_id
+    _age(Delivery.objects.get().delivery_id, deliveries.STALE_SEND * 2)
+    late = deliveries.deliver(bot, _request(card=answer_card("edited answer")))
+    assert late.resent and late.delivery.status == "sent"
+    assert late.delivery.card_id != first_card
+    assert len(stub.calls_to("POST", CREATE)) == 2
+
+
+def test_interrupted_sends_are_marked_send_failed_and_a_retry_then_sends(feedback_api, monkeypatch):
+    from interactions.lark import client
+
+    bot = feedback_api.bot
+    _crash_in(monkeypatch, client.LarkGateway, "send_card")
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    stuck = Delivery.objects.get()
+    fresh = Delivery.objects.create(
+        delivery_id="del_fresh", bot=bot, session_id="s-f", turn_id="t-f", status="pending"
+    )
+    assert deliveries.fail_interrupted_sends() == 0  # nothing is old enough yet
+    _age(stuck.delivery_id, deliveries.STALE_SEND * 2)
+    call_command("outbox_worker", "--once")  # runs the sweep with its periodic jobs
+    stuck.refresh_from_db()
+    fresh.refresh_from_db()
+    assert (stuck.status, stuck.error_code) == ("send_failed", "send_interrupted")
+    assert fresh.status == "pending"
+    retry = deliveries.deliver(bot, _request())
+    assert retry.resent and retry.delivery.status == "sent"
+
+
+def test_racing_retries_of_an_interrupted_send_send_it_once(feedback_api, monkeypatch):
+    from interactions.lark import client
+
+    bot, stub = feedback_api.bot, feedback_api.stub
+    _crash_in(monkeypatch, client.LarkGateway, "send_card")
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    _age(Delivery.objects.get().delivery_id, deliveries.STALE_SEND * 2)
+    # the first claim moves updated_at; the second, with the same stale row in hand, loses
+    stale_row = Delivery.objects.get()
+    first = deliveries._retry(stale_row, _request())
+    second = deliveries._retry(stale_row, _request())
+    assert first.resent and not second.resent
+    assert len(stub.calls_to("POST", MESSAGES)) == 1
