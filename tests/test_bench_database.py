@@ -29,29 +29,29 @@ def _server_url(name: str, port: int | None = None) -> str:
     return f"postgres://{user}@{host}:{port or db.get('PORT') or 5432}/{name}"
 
 
-def _exists(name: str) -> bool:
+def _maintenance():
+    """An autocommit connection to the server's `postgres` database (as createdb uses)."""
     db = settings.DATABASES["default"]
-    with psycopg.connect(
+    return psycopg.connect(
         dbname="postgres",
         host=db.get("HOST") or "127.0.0.1",
         port=db.get("PORT") or 5432,
         user=db.get("USER") or "postgres",
         autocommit=True,
-    ) as conn:
+    )
+
+
+def _exists(name: str) -> bool:
+    with _maintenance() as conn:
         found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         return found is not None
 
 
 def _drop(name: str) -> None:
-    db = settings.DATABASES["default"]
-    with psycopg.connect(
-        dbname="postgres",
-        host=db.get("HOST") or "127.0.0.1",
-        port=db.get("PORT") or 5432,
-        user=db.get("USER") or "postgres",
-        autocommit=True,
-    ) as conn:
-        conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {}").format(psycopg.sql.Identifier(name)))
+    with _maintenance() as conn:
+        conn.execute(
+            psycopg.sql.SQL("DROP DATABASE IF EXISTS {}").format(psycopg.sql.Identifier(name))
+        )
 
 
 @pytest.mark.postgres

@@ -68,42 +68,51 @@ def test_retry_with_the_same_correlation_returns_the_same_delivery_and_sends_not
     assert other_attempt.json()["delivery_id"] != first["delivery_id"]
 
 
-@pytest.mark.postgres
-def test_concurrent_first_requests_of_one_correlation_create_one_delivery_and_send_once(
-    feedback_api,
-):
+def _race(feedback_api, bodies: list[dict]) -> list:
+    """POST each of `bodies` to /api/v1/deliveries at once, one thread and client each (a
+    barrier lines them up), with `feedback_api`'s key; returns the responses."""
     from rest_framework.test import APIClient
 
     auth = feedback_api._credentials["HTTP_AUTHORIZATION"]
-    barrier = threading.Barrier(6)
-    results = []
+    barrier = threading.Barrier(len(bodies))
+    responses = []
 
-    def post():
+    def post(body):
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=auth)
         barrier.wait()
         try:
-            r = client.post(
-                "/api/v1/deliveries",
-                {
-                    "chat_id": "oc_group_chat",
-                    "requester_open_id": "ou_requester",
-                    "response_kind": "final",
-                    "session_id": "s-race",
-                    "turn_id": "t-race",
-                    "card": answer_card(),
-                },
-                format="json",
-            )
-            results.append((r.status_code, r.json()["delivery_id"]))
+            responses.append(client.post("/api/v1/deliveries", body, format="json"))
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=post) for _ in range(6)]
+    threads = [threading.Thread(target=post, args=(body,)) for body in bodies]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
+    return responses
+
+
+@pytest.mark.postgres
+def test_concurrent_first_requests_of_one_correlation_create_one_delivery_and_send_once(
+    feedback_api,
+):
+    responses = _race(
+        feedback_api,
+        [
+            {
+                "chat_id": "oc_group_chat",
+                "requester_open_id": "ou_requester",
+                "response_kind": "final",
+                "session_id": "s-race",
+                "turn_id": "t-race",
+                "card": answer_card(),
+            }
+        ]
+        * 6,
+    )
+    results = [(r.status_code, r.json()["delivery_id"]) for r in responses]
     assert sorted(s for s, _ in results) == [200] * 5 + [201]
     assert len({d for _, d in results}) == 1
     assert Delivery.objects.count() == 1
@@ -310,42 +319,23 @@ def test_one_delivery_per_platform_message_and_a_refused_one_never_touches_the_c
 def test_concurrent_registrations_of_one_message_by_different_turns_write_its_card_once(
     feedback_api,
 ):
-    from rest_framework.test import APIClient
 
     stub = feedback_api.stub
     card_id = stub.add_card(answer_card(), app_id=feedback_api.bot.app_id)
-    auth = feedback_api._credentials["HTTP_AUTHORIZATION"]
-    barrier = threading.Barrier(6)
-    results = []
-
-    def register(i):
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=auth)
-        barrier.wait()
-        try:
-            r = client.post(
-                "/api/v1/deliveries",
-                {
-                    "chat_id": "oc_group_chat",
-                    "requester_open_id": "ou_requester",
-                    "response_kind": "final",
-                    "session_id": "s-reg",
-                    "turn_id": f"t-reg-{i}",
-                    "platform_message_id": "om_shared",
-                    "card_id": card_id,
-                    "card": answer_card(),
-                },
-                format="json",
-            )
-            results.append(r.status_code)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=register, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    bodies = [
+        {
+            "chat_id": "oc_group_chat",
+            "requester_open_id": "ou_requester",
+            "response_kind": "final",
+            "session_id": "s-reg",
+            "turn_id": f"t-reg-{i}",
+            "platform_message_id": "om_shared",
+            "card_id": card_id,
+            "card": answer_card(),
+        }
+        for i in range(6)
+    ]
+    results = [r.status_code for r in _race(feedback_api, bodies)]
     assert sorted(results) == [201] + [400] * 5
     assert stub.cards[card_id].sequences == [1]
     (owner,) = Delivery.objects.filter(platform_message_id="om_shared")
