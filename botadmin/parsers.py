@@ -24,6 +24,21 @@ def loads_untrusted(data: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+def ascii_int(text: str, *, max_digits: int = 18) -> int | None:
+    """`text` as a non-negative int when it is 1 to `max_digits` ASCII digits, else None.
+
+    For numbers typed or sent from outside (an option index, a `Retry-After`, a timestamp):
+    `str.isdigit()` also accepts "²" and other Unicode digits that `int()` refuses with
+    ValueError, and `int()` refuses more than 4300 digits; checking with `isdigit()` and then
+    converting turned such input into a 500 or a traceback.
+    """
+    if not isinstance(text, str) or not 0 < len(text) <= max_digits:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 #: What no Cardloop store can hold: NUL (PostgreSQL text and jsonb refuse it) and lone UTF-16
 #: surrogates U+D800–U+DFFF (`json.loads` turns a valid `\ud83d\ude00` pair into one code
 #: point, so any surrogate left in a str is lone; UTF-8 cannot encode it, and neither SQLite,

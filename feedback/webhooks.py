@@ -48,6 +48,8 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
+from botadmin.parsers import ascii_int
+
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 256 * 1024
@@ -354,8 +356,11 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        return min(float(text), RETRY_AFTER_CAP_S)
+    seconds = ascii_int(text, max_digits=12)
+    if seconds is not None:
+        return min(float(seconds), RETRY_AFTER_CAP_S)
+    if text.isascii() and text.isdigit():  # delay-seconds, but absurdly long
+        return RETRY_AFTER_CAP_S
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

@@ -46,6 +46,7 @@ from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
+from botadmin.parsers import ascii_int
 from botadmin.services import effective_policy_for
 from interactions import cards, channels, events, interaction_cards
 from interactions.interaction_cards import ALWAYS, APPROVE, DENY, SUBMIT
@@ -489,8 +490,9 @@ def match_action(ia: Interaction, choice: str) -> dict[str, Any] | None:
     for action in ia.actions:
         if lowered in (str(action.get("value", "")).lower(), str(action["id"]).lower()):
             return action
-    if choice.isdigit() and 1 <= int(choice) <= len(ia.actions):
-        return ia.actions[int(choice) - 1]
+    number = ascii_int(choice, max_digits=3)
+    if number is not None and 1 <= number <= len(ia.actions):
+        return ia.actions[number - 1]
     return None
 
 

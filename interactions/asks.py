@@ -49,6 +49,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
+from botadmin.parsers import ascii_int
 from interactions import approvals, cards, panels, progress_cards
 from interactions.models import Ask, CardEntity, Interaction, ProgressSession
 
@@ -312,9 +313,10 @@ def answers_from_form(ask: Interaction, form_value: dict[str, Any] | None) -> li
         options = question.get("options", [])
         labels = []
         for index in indices:
-            if not index.isdigit() or int(index) >= len(options):
+            position = ascii_int(index, max_digits=3)
+            if position is None or position >= len(options):
                 raise AnswerError("invalid", "unknown option index")
-            labels.append(options[int(index)]["label"])
+            labels.append(options[position]["label"])
         custom = form_value.get(other_name)
         answers.append(
             {

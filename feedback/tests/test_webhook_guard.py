@@ -404,8 +404,9 @@ def test_retry_after_parsing():
     assert webhooks.parse_retry_after(later, now + timedelta(hours=1)) == 0
     assert webhooks.parse_retry_after("Sat, 01 Mar 2030 12:05:00 GMT", now) == 3600
     assert webhooks.parse_retry_after(None, now) is None
-    for bad in ["soon", "-5", "1.5", "", "Sat, 99 Foo 2025"]:
+    for bad in ["soon", "-5", "1.5", "", "Sat, 99 Foo 2025", "²", "1²"]:
         assert webhooks.parse_retry_after(bad, now) is None
+    assert webhooks.parse_retry_after("9" * 5000, now) == 3600  # more digits than int() reads
 
 
 def test_hmac_comparisons_in_cardloop_are_constant_time():

@@ -41,7 +41,7 @@ from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 
 from botadmin.db.rows import quoted_table
 from botadmin.models import Bot
-from botadmin.parsers import loads_untrusted
+from botadmin.parsers import ascii_int, loads_untrusted
 from interactions import inbound
 from interactions.lark import dispatcher, signing
 
@@ -205,10 +205,8 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
                 "missing_signature",
                 "X-Lark-Request-Timestamp, -Nonce and X-Lark-Signature are required.",
             )
-        if (
-            not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12)
-            or abs(time.time() - int(timestamp)) > inbound.MAX_REQUEST_AGE.total_seconds()
-        ):
+        seconds = ascii_int(timestamp, max_digits=12)
+        if seconds is None or abs(time.time() - seconds) > inbound.MAX_REQUEST_AGE.total_seconds():
             _reject(
                 401, "stale_request", "X-Lark-Request-Timestamp is missing, malformed or too old."
             )

@@ -134,6 +134,20 @@ def test_a_question_with_neither_option_nor_text_is_refused_and_the_form_stays(
     assert run_queue() == 0 and stub_card(lark_stub, progress).sequences == sequences
 
 
+@pytest.mark.parametrize("index", ["²", "1" * 5000, "-1", "9"])
+def test_an_option_index_that_is_not_an_option_gets_a_warning_toast_not_an_error(
+    lark_callback, lark_bot, progress, panel, caplog, index
+):
+    ask = register(lark_bot)
+    payload = submit_payload(
+        ask, progress, **{"event.action.form_value": {"q0": index, "q1": ["0"]}}
+    )
+    body = answer_of(lark_callback(payload))
+    assert body["toast"]["type"] == "warning", body
+    assert Ask.objects.get(pk=ask.pk).status == "pending"
+    assert not [r for r in caplog.records if r.exc_info]
+
+
 def test_b14_multi_select_submit_records_every_choice_and_empty_multi_is_refused(
     lark_callback, lark_bot, progress, panel
 ):

@@ -354,7 +354,11 @@ def test_command_interaction_takes_free_text(lark_bot, sent):
         ("/_interaction {id}", REQUESTER, CHAT, "malformed"),
         ("/_interaction {id} maybe", REQUESTER, CHAT, "unknown_action"),
         ("/_interaction {id} 9", REQUESTER, CHAT, "unknown_action"),
+        # digits to str.isdigit() that int() refuses, and more digits than int() reads
+        ("/_interaction {id} ²", REQUESTER, CHAT, "unknown_action"),
+        ("/_interaction {id} " + "1" * 5000, REQUESTER, CHAT, "unknown_action"),
     ],
+    ids=lambda v: v[:40] if isinstance(v, str) else v,
 )
 def test_text_command_refusals_write_nothing(lark_bot, sent, text, operator, chat, code):
     ia = sent()

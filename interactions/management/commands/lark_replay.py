@@ -26,6 +26,7 @@ import httpx
 from django.core.management.base import BaseCommand, CommandError
 
 from botadmin.models import Bot
+from botadmin.parsers import ascii_int
 from interactions.lark.signing import seal
 
 
@@ -39,12 +40,13 @@ def set_path(payload: Any, path: str, value: Any) -> None:
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
+            position = ascii_int(part, max_digits=6)
+            if position is None or position >= len(node):
                 raise ValueError(f"{path}: no list item {part!r}")
             if last:
-                node[int(part)] = value
+                node[position] = value
             else:
-                node = node[int(part)]
+                node = node[position]
         elif isinstance(node, dict):
             if last:
                 node[part] = value
