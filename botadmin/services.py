@@ -433,8 +433,9 @@ def issue_desktop_token(
 
 @transaction.atomic
 def revoke_desktop_token(actor: Any, token: DesktopToken) -> DesktopToken:
-    """Revoke `token`: it stops authenticating at once, and panels connected with it are
-    closed at their next check (`interactions.panels`). No-op when already revoked.
+    """Revoke `token`: it stops authenticating at once. Call it through
+    `interactions.panels.revoke_token`, which also closes the panels connected with it.
+    No-op when already revoked.
     Audit `desktoptoken.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
     return _revoke_hashed_token(
         actor, token, action="desktoptoken.revoked", name="token", prefix=desktop_token_prefix

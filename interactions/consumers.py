@@ -77,7 +77,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         try:
             if text_data is None:
                 raise panels.ClientError("binary_frame", "Send JSON text frames.")
-            if len(text_data) > panels.MAX_FRAME:
+            if len(text_data) > panels.MAX_FRAME or len(text_data.encode()) > panels.MAX_FRAME:
                 raise panels.ClientError("too_large", f"At most {panels.MAX_FRAME} bytes.")
             try:
                 message = loads_untrusted(text_data)
@@ -92,7 +92,11 @@ class PanelConsumer(AsyncWebsocketConsumer):
                 )
             kind = message["type"]
             if kind == "ask_user_questions_result":
-                reply = await database_sync_to_async(panels.submit)(self.user, message)
+                try:
+                    reply = await database_sync_to_async(panels.submit)(self.user, message)
+                except panels.TokenRevoked:
+                    await self._close_revoked()
+                    return
                 async with self.lock:
                     if reply["type"] == "ask_user_questions_accepted" or (
                         reply["code"] in panels.TERMINAL_REJECTIONS
@@ -127,6 +131,23 @@ class PanelConsumer(AsyncWebsocketConsumer):
                 self._remember_closed(request_id)
             await self._send(message)
 
+    async def panel_token_revoked(self, event):
+        """`panels.revoke_token` says a token of this user was revoked: close if it is ours."""
+        if self.user is not None and event.get("token_id") == self.user.token_id:
+            await self._close_revoked()
+
+    async def _close_revoked(self):
+        """Our desktop token was revoked: leave, say so and close with 4401 (idempotent)."""
+        if self.timer is not None and self.timer is not asyncio.current_task():
+            self.timer.cancel()
+        if not self.group:
+            return  # already left
+        await self._leave()
+        await self._send(
+            {"type": "error", "error": "invalid_token", "detail": "The desktop token was revoked."}
+        )
+        await self.close(code=panels.CLOSE_INVALID_TOKEN)
+
     # -- resync ----------------------------------------------------------------------------
 
     async def _resync_loop(self):
@@ -134,15 +155,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         while True:
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))  # noqa: S311 - jitter
             if not await database_sync_to_async(panels.token_is_active)(self.user.token_id):
-                await self._leave()
-                await self._send(
-                    {
-                        "type": "error",
-                        "error": "invalid_token",
-                        "detail": "The desktop token was revoked.",
-                    }
-                )
-                await self.close(code=panels.CLOSE_INVALID_TOKEN)
+                await self._close_revoked()
                 return
             try:
                 await self._resync(always=False)

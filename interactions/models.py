@@ -411,10 +411,15 @@ class ApprovalRule(models.Model):
 
 class PanelPresenceQuerySet(models.QuerySet):
     def live(self, now=None):
-        """Rows whose process refreshed them within `CARDLOOP_PANEL_PRESENCE_TTL` seconds."""
+        """Rows whose process refreshed them within `CARDLOOP_PANEL_PRESENCE_TTL` seconds and
+        whose desktop token is not revoked (a revoked token's panel shows no new questions,
+        even before its consumer has noticed and closed)."""
         from interactions import panels
 
-        return self.filter(last_seen_at__gte=(now or timezone.now()) - panels.presence_ttl())
+        return self.filter(
+            last_seen_at__gte=(now or timezone.now()) - panels.presence_ttl(),
+            token__revoked_at__isnull=True,
+        )
 
     def expired(self, now=None):
         from interactions import panels

@@ -86,7 +86,7 @@ class DesktopTokenAdmin(HashedTokenAdmin):
         return services.issue_desktop_token(request.user, obj.bot, obj.open_id, obj.label)
 
     def revoke(self, request, token) -> None:
-        services.revoke_desktop_token(request.user, token)
+        panels.revoke_token(request.user, token)
 
     def issued_context(self, request, raw, token) -> dict:
         return {

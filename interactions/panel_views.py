@@ -168,7 +168,7 @@ class DesktopTokenRevokeView(APIView):
             **_ERRORS,
         },
         description="Revoke; idempotent. Panels connected with it are closed (code 4401) at "
-        "their next resync and cannot reconnect.",
+        "once, their answers are refused from now on, and they cannot reconnect.",
     )
     def post(self, request, token_id: int):
         token = DesktopToken.objects.filter(bot=request.user.bot, pk=token_id).first()
@@ -176,7 +176,7 @@ class DesktopTokenRevokeView(APIView):
             raise ApiError(
                 "not_found", _("No desktop token %(id)s for this bot.") % {"id": token_id}, 404
             )
-        services.revoke_desktop_token(request.user.get_username(), token)
+        panels.revoke_token(request.user.get_username(), token)
         return Response(token_json(token))
 
 

@@ -10,8 +10,9 @@ What lives here (the consumer, `interactions.consumers.PanelConsumer`, only pars
   `cardloop.panel.v1`), or — for the web panel `/panel/` — by the Django session the panel's
   login form stored (`SESSION_KEY`). Never in the URL (URLs are logged). A missing, unknown or
   revoked token: the socket is accepted, sent `{"type": "error", "error": "invalid_token"}`
-  and closed with code 4401. A token revoked while connected closes with 4401 at the next
-  resync.
+  and closed with code 4401. A token revoked while connected (`revoke_token`) closes with
+  4401 at once (at the next resync if that channel message is lost); from the revocation on
+  it counts as not connected and its answers are refused, whether or not it was closed yet.
 - **Presence** (`PanelPresence` rows): created on connect, deleted on disconnect, refreshed by
   the serving process every `CARDLOOP_PANEL_HEARTBEAT` s. `is_connected()` counts only rows
   refreshed within `CARDLOOP_PANEL_PRESENCE_TTL` s, so a process that died (no disconnect ran)
@@ -61,6 +62,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from botadmin import services
 from botadmin.models import Bot, DesktopToken
 from interactions.models import PanelPresence
 
@@ -331,12 +333,20 @@ REJECTION_DETAILS = {
 }
 
 
+class TokenRevoked(Exception):
+    """The panel's desktop token was revoked: it answers nothing more and is closed (4401)."""
+
+
 def submit(user: PanelUser, message: dict[str, Any]) -> dict[str, Any]:
     """Answer an ask from a panel: `asks.submit_answers(…, via="panel", operator_open_id=the
     token's open_id)`. Returns the reply frame, `ask_user_questions_accepted` or
     `ask_user_questions_rejected` with the outcome's code. Raises `ClientError` for a
-    malformed frame (nothing is submitted then)."""
+    malformed frame and `TokenRevoked` when the token was revoked since the panel connected
+    (nothing is submitted then: a revoked token answers nothing, whether or not its
+    connection has been closed yet)."""
     request_id, answers = parse_result(message)
+    if not token_is_active(user.token_id):
+        raise TokenRevoked()
     outcome = _asks().submit_answers(
         user.bot, request_id, answers, via="panel", operator_open_id=user.open_id
     )
@@ -442,6 +452,19 @@ async def _send_local(layer, channel_name: str, event: dict) -> None:
         )
 
 
+def revoke_token(actor: Any, token: DesktopToken) -> DesktopToken:
+    """Revoke desktop `token` (`botadmin.services.revoke_desktop_token`: audited, idempotent)
+    and, once committed, tell its connected panels in every process to close (4401).
+
+    The database decides: a revoked token's presence no longer counts as connected
+    (`PanelPresence.live`) and its answers are refused (`submit`); the message only closes
+    the sockets early, and a lost one leaves it to the panel's next resync check."""
+    token = services.revoke_desktop_token(actor, token)
+    event = {"type": "panel.token_revoked", "token_id": token.pk}
+    transaction.on_commit(lambda: _group_send(token.bot, token.open_id, event))
+    return token
+
+
 def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
     """Send `message` (a panel protocol dict, e.g. `asks.panel_message(ask)`) to every live
     panel of `open_id` of `bot`, in every process. Never raises and never blocks on a client.
@@ -456,6 +479,13 @@ def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
     Redis it is a `group_send` to `group_for(bot, open_id)` (over capacity, channels-redis
     logs "channels over capacity").
     """
+    STATS["push"] += 1
+    _group_send(bot, open_id, {"type": "panel.push", "message": message})
+
+
+def _group_send(bot: Bot, open_id: str, event: dict[str, Any]) -> None:
+    """Deliver channel-layer `event` to the consumers of `group_for(bot, open_id)` (see
+    `push`). Never raises."""
     try:
         from channels.layers import InMemoryChannelLayer, get_channel_layer
 
@@ -463,8 +493,6 @@ def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
         if layer is None or not open_id:
             return
         group = group_for(bot, open_id)
-        event = {"type": "panel.push", "message": message}
-        STATS["push"] += 1
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -518,8 +546,10 @@ __all__ = [
     "push_on_commit",
     "refresh",
     "register",
+    "revoke_token",
     "snapshot_envelope",
     "submit",
     "token_is_active",
+    "TokenRevoked",
     "unregister",
 ]

@@ -207,6 +207,44 @@ async def test_a_token_revoked_while_connected_closes_the_panel(panel_user, sett
     assert not await db(panels.is_connected)(bot, REQUESTER)
 
 
+async def test_revoking_a_token_closes_its_connected_panel_at_once(panel_user, settings):
+    settings.CARDLOOP_PANEL_RESYNC = 600  # no resync check: the revocation's message does it
+    bot, raw, token = panel_user
+    other_raw, _ = await db(services.issue_desktop_token)("t", bot, REQUESTER)
+    comm, other = await connected(raw), await connected(other_raw)
+    await receive(comm), await receive(other)
+    await db(panels.revoke_token)("test", token)
+    frame, _ = await receive_until(comm, lambda f: f["type"] == "error")
+    assert frame["error"] == "invalid_token"
+    assert (await comm.receive_output(5))["code"] == panels.CLOSE_INVALID_TOKEN
+    # the user's other panel (another token) stays, and still gets new questions
+    ask = await db(register)(bot)
+    assert await receive(other) == asks.panel_message(ask)
+    assert await db(PanelPresence.objects.count)() == 1
+    await other.disconnect(timeout=10)
+
+
+async def test_a_revoked_token_whose_close_never_arrived_answers_nothing_and_is_not_a_channel(
+    panel_user, settings
+):
+    # the revocation without its channel message, as if that message were lost
+    settings.CARDLOOP_PANEL_RESYNC = 600
+    bot, raw, token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    ask = await db(register)(bot)
+    await receive(comm)
+    await db(services.revoke_desktop_token)("test", token)
+    assert not await db(panels.is_connected)(bot, REQUESTER)
+    with pytest.raises(asks.NoChannel):  # no new question goes to that panel
+        await db(register)(bot, "sess_2")
+    await comm.send_json_to(result(ask.public_id))
+    frame, _ = await receive_until(comm, lambda f: f["type"] == "error")
+    assert frame["error"] == "invalid_token"
+    assert (await comm.receive_output(5))["code"] == panels.CLOSE_INVALID_TOKEN
+    assert (await db(Ask.objects.get)(pk=ask.pk)).status == "pending"
+
+
 async def test_b15_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_all(
     panel_user, settings, caplog, monkeypatch
 ):

@@ -117,6 +117,7 @@ async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token,
             "invalid_message",
         ),
         ("x" * (panels.MAX_FRAME + 1), "too_large"),
+        ("😀" * (panels.MAX_FRAME // 4 + 1), "too_large"),  # fewer characters than bytes
         (  # PostgreSQL text cannot hold NUL: refused before the lookup, not internal_error
             json.dumps(
                 {"type": "ask_user_questions_result", "requestId": "ask_\u0000", "answers": []}
