@@ -165,7 +165,8 @@ def create_interaction(
     and `always_scope` defaults to `session` when a `session_id` is given, else `chat`.
     `timeout_seconds` is clamped to MIN_TIMEOUT..MAX_TIMEOUT (default
     `CARDLOOP_INTERACTION_TIMEOUT`). Shapes are validated by the API serializer; raises
-    ValueError for an unknown channel or kind, or an empty operator list.
+    ValueError for an unknown channel or kind, or an empty operator list, and
+    `RequestIdTaken` when `request_id` is an ask's idempotency key.
     """
     channel_kind = channels.normalize(channel)
     if channel_kind is None:
@@ -177,7 +178,7 @@ def create_interaction(
     if request_id:
         existing = Interaction.objects.for_request(bot, request_id).first()
         if existing is not None:
-            return existing, False
+            return _same_request(existing), False
     now = now or timezone.now()
     timeout = default_timeout() if timeout_seconds is None else int(timeout_seconds)
     timeout = max(MIN_TIMEOUT, min(MAX_TIMEOUT, timeout))
@@ -212,9 +213,22 @@ def create_interaction(
             ia.save()
     except IntegrityError:
         if request_id:  # a concurrent retry with the same request_id won
-            return Interaction.objects.for_request(bot, request_id).get(), False
+            return _same_request(Interaction.objects.for_request(bot, request_id).get()), False
         raise
     return ia, True
+
+
+class RequestIdTaken(ValueError):
+    """The `request_id` is an ask's `idempotency_key` of the same bot (one key space per bot:
+    the `interaction_request_id` unique index); nothing was written or sent."""
+
+
+def _same_request(existing: Interaction) -> Interaction:
+    """The row a repeated `request_id` names, unless it is an ask (`RequestIdTaken`): an
+    approval request must never be answered with, or act on, someone's question."""
+    if existing.kind == Interaction.Kind.ASK:
+        raise RequestIdTaken(existing.request_id)
+    return existing
 
 
 def send_to_chat(ia: Interaction) -> Interaction:

@@ -294,8 +294,10 @@ class InteractionCreateView(APIView):
             "Record an interaction (approval, quick_reply, form or command) and render it for "
             "its channel. Feishu: Cardloop sends the card to chat_id (rendered=card). Other "
             "channels: the text fallback is returned for the backend to send (rendered=text). "
-            "201 when created, 200 for a repeated request_id. A failed Feishu send answers 502 "
-            "`send_failed` and the interaction is recorded as cancelled."
+            "201 when created, 200 for a repeated request_id (returned as it is; nothing is "
+            "sent again); 400 `request_id_taken` when the request_id is an ask's "
+            "idempotency_key. A failed Feishu send answers 502 `send_failed` and the "
+            "interaction is recorded as cancelled."
         ),
     )
     def post(self, request):
@@ -312,9 +314,18 @@ class InteractionCreateView(APIView):
             "always_scope",
         ):
             data[key] = data.get(key) or ""
-        ia, created = approvals.create_interaction(request.user.bot, **data)
         try:
-            ia = approvals.send_to_chat(ia)
+            ia, created = approvals.create_interaction(request.user.bot, **data)
+        except approvals.RequestIdTaken:
+            raise ApiError(
+                "request_id_taken",
+                {"request_id": [str(_("This request_id is already used by an ask."))]},
+                400,
+            ) from None
+        try:
+            # Only the request that created it sends: a retry (even one racing the first
+            # request's send) returns the row as it is, and Feishu gets one message.
+            ia = approvals.send_to_chat(ia) if created else ia
         except approvals.SendFailed as exc:
             raise ApiError(
                 "send_failed",

@@ -230,6 +230,35 @@ def test_an_idempotency_key_an_approval_already_holds_is_refused_400_and_nothing
     assert Interaction.objects.get().kind == "approval"
 
 
+def test_a_request_id_an_ask_already_holds_is_refused_400_and_the_ask_is_untouched(
+    api, panel, lark_stub
+):
+    """The other direction: an approval whose request_id is an ask's idempotency_key used to
+    get that ask back, and a failed card send for it cancelled the user's question."""
+    put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
+    ask_id = post_ask(api, idempotency_key="hook-mine").json()["requestId"]
+    messages = len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages"))
+    lark_stub.fail("POST", "/open-apis/cardkit/v1/cards", code=230099)
+    response = api.post(
+        "/api/v1/interactions",
+        {
+            "kind": "approval",
+            "channel": "feishu",
+            "chat_id": CHAT,
+            "requester_open_id": REQUESTER,
+            "title": "x",
+            "tool": "t",
+            "request_id": "hook-mine",
+        },
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["error"] == "request_id_taken" and "request_id" in body["detail"]
+    assert Ask.objects.get(public_id=ask_id).status == "pending"
+    assert len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages")) == messages
+
+
 def test_long_poll_returns_the_answer_when_it_arrives(api, panel, live_answer):
     put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
     request_id = post_ask(api).json()["requestId"]

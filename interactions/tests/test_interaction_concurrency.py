@@ -94,3 +94,47 @@ def test_two_hundred_concurrent_resolutions_have_exactly_one_winner(
     assert Event.objects.filter(type="interaction.resolved").count() == 1
     assert CardUpdate.objects.filter(card=final.card, status=WorkStatus.PENDING).count() == 1
     assert Counter(r[0] for r in results) == {p: ATTEMPTS // len(PATHS) for p in PATHS}
+
+
+def test_concurrent_creations_with_one_request_id_send_one_card(lark_stub, lark_bot, make_api_key):
+    """Only the request that created the interaction sends it; before, every retry racing the
+    first send sent again, and with Feishu's uuid dedupe the retry failed with a 500 (the
+    deduplicated message was registered to another card entity)."""
+    from rest_framework.test import APIClient
+
+    raw, _key = make_api_key(lark_bot)
+    barrier = threading.Barrier(8)
+    statuses = []
+
+    def create():
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        barrier.wait(30)
+        try:
+            response = client.post(
+                "/api/v1/interactions",
+                {
+                    "kind": "approval",
+                    "channel": "feishu",
+                    "chat_id": CHAT,
+                    "requester_open_id": REQUESTER,
+                    "title": "Run the migration?",
+                    "tool": "migrate",
+                    "request_id": "req-race",
+                },
+                format="json",
+            )
+            statuses.append(response.status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(statuses) == [200] * 7 + [201]
+    assert len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages")) == 1
+    assert len(lark_stub.calls_to("POST", "/open-apis/cardkit/v1/cards")) == 1
+    (ia,) = Interaction.objects.all()
+    assert ia.card_id and ia.status == "pending"
