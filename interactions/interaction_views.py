@@ -452,11 +452,15 @@ async def wait_for_final(
             waits = [asyncio.ensure_future(woken.wait())]
             if channel_name is not None:
                 waits.append(asyncio.ensure_future(layer.receive(channel_name)))
-            done, pending = await asyncio.wait(
-                waits, timeout=pause, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in pending:
-                task.cancel()
+            try:
+                done, _pending = await asyncio.wait(
+                    waits, timeout=pause, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                # also when the client went away and this request was cancelled: asyncio.wait
+                # leaves its tasks running ("Task was destroyed but it is pending!")
+                for task in waits:
+                    task.cancel()
             for task in done:
                 if task.exception() is not None:
                     log.warning("interaction %s: channel layer receive failed", public_id)

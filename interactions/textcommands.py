@@ -137,8 +137,11 @@ def on_message(event) -> None:
         return
     if message.get("message_type") != "text" or sender.get("sender_type") not in (None, "user"):
         return
+    raw = message.get("content") or "{}"
+    if not isinstance(raw, str):  # Feishu sends a JSON string; anything else is not a command
+        return
     try:
-        content = json.loads(message.get("content") or "{}")
+        content = json.loads(raw)
     except ValueError:
         return
     text = content.get("text") if isinstance(content, dict) else None

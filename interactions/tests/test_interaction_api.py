@@ -521,3 +521,27 @@ def test_openapi_documents_the_interaction_endpoints_without_warnings(tmp_path):
         "/api/v1/capabilities:",
     ):
         assert path in text
+
+
+async def test_a_long_poll_whose_client_went_away_leaves_no_task_behind():
+    """A cancelled wait (the client disconnected) cancels the tasks it waits on; before,
+    each left an `Event.wait()` task that asyncio later logged as destroyed while pending."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    expires = (timezone.now() + timedelta(minutes=5)).isoformat()
+    state = {"status": "pending", "expires_at": expires}
+    before = asyncio.all_tasks()
+    poll = asyncio.ensure_future(
+        interaction_views.wait_for_final(
+            None, "ia_gone", 30, state, read_state=lambda bot, public_id: state
+        )
+    )
+    await asyncio.sleep(0.3)
+    poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await poll
+    await asyncio.sleep(0)  # let cancelled tasks finish
+    left = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
+    assert [t for t in left if not t.done()] == []

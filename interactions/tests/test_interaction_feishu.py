@@ -185,6 +185,17 @@ def test_typed_command_from_someone_else_gets_a_refusal_reply_and_changes_nothin
     assert Interaction.objects.get(pk=approval.pk).status == "pending"
 
 
+@pytest.mark.parametrize("content", [{"text": "/_interaction x approve"}, 7, ["x"]])
+def test_a_message_whose_content_is_not_a_json_string_is_acked_and_ignored(
+    lark_callback, lark_stub, approval, caplog, content
+):
+    payload = feishu.payload("im_message_receive", {"event.message.content": content})
+    assert answer_of(lark_callback(payload)) == {"msg": "success"}
+    assert not [r for r in caplog.records if r.exc_info]
+    assert lark_stub.replies == []
+    assert Interaction.objects.get(pk=approval.pk).status == "pending"
+
+
 def test_typed_command_in_another_chat_is_refused(lark_callback, lark_stub, approval):
     payload = message_payload(
         f"/_interaction {approval.public_id} approve",
