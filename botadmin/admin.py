@@ -562,7 +562,7 @@ class HashedTokenAdmin(admin.ModelAdmin):
             return super().response_post_save_change(request, obj)
         return super().response_change(request, obj)
 
-    @admin.action(description=_("Revoke selected %(verbose_name_plural)s"))
+    @admin.action(description=_("Revoke selected %(verbose_name_plural)s"), permissions=["change"])
     def revoke_selected(self, request, queryset):
         count = 0
         for token in queryset.filter(revoked_at__isnull=True):

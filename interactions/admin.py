@@ -150,7 +150,15 @@ class ApprovalRuleAdmin(ReadOnlyAdmin):
     def interaction_link(self, obj: ApprovalRule) -> str:
         return obj.interaction.public_id if obj.interaction_id else "—"
 
-    @admin.action(description=_("Revoke the selected rules (the backend will ask again)"))
+    def has_revoke_permission(self, request):
+        """Revoking is a change: staff who may only view rules do not get the action (the
+        page itself stays read-only for everyone)."""
+        return request.user.has_perm("interactions.change_approvalrule")
+
+    @admin.action(
+        description=_("Revoke the selected rules (the backend will ask again)"),
+        permissions=["revoke"],
+    )
     def revoke(self, request, queryset):
         revoked = sum(1 for rule in queryset if approvals.revoke_rule(rule))
         self.message_user(

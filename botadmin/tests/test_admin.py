@@ -539,3 +539,28 @@ def test_browser_line_endings_in_reviewers_do_not_block_a_json_edit(staff, bot):
     response = staff.post(change_url(bot), data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert Bot.objects.get(pk=bot.pk).policy["enabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("model", "view_perm"),
+    [("botapikey", "view_botapikey"), ("desktoptoken", "view_desktoptoken")],
+)
+def test_staff_who_may_only_view_tokens_cannot_revoke_them_with_the_list_action(
+    client, bot, model, view_perm
+):
+    from django.contrib.auth.models import Permission, User
+
+    viewer = User.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename=view_perm))
+    client.force_login(viewer)
+    if model == "botapikey":
+        raw, token = services.issue_api_key(None, bot)
+    else:
+        raw, token = services.issue_desktop_token(None, bot, "ou_someone")
+    url = reverse(f"admin:botadmin_{model}_changelist")
+    page = client.get(url, HTTP_ACCEPT_LANGUAGE="en")
+    assert page.status_code == 200 and "revoke_selected" not in page.content.decode()
+    client.post(url, {"action": "revoke_selected", "_selected_action": [token.pk]})
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    assert not AuditEntry.objects.filter(action__endswith=".revoked").exists()

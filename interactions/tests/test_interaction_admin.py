@@ -65,3 +65,18 @@ def test_rules_are_listed_and_revoked_from_the_admin(staff, world):
     assert (
         "bash" not in staff.get(url, {"state": "active"}).content.decode().split("result_list")[-1]
     )
+
+
+def test_staff_who_may_only_view_rules_cannot_revoke_them(client, world):
+    from django.contrib.auth.models import Permission, User
+
+    viewer = User.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_approvalrule"))
+    client.force_login(viewer)
+    rule = ApprovalRule.objects.get()
+    url = reverse("admin:interactions_approvalrule_changelist")
+    page = client.get(url)
+    assert page.status_code == 200 and 'value="revoke"' not in page.content.decode()
+    client.post(url, {"action": "revoke", "_selected_action": [rule.pk]})
+    rule.refresh_from_db()
+    assert rule.revoked_at is None
