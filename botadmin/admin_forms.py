@@ -56,11 +56,13 @@ class LayerJSONField(forms.JSONField):
             return super().to_python(value)
         except RecursionError:  # absurdly deep JSON: a field error, not a 500
             raise forms.ValidationError(gettext("JSON is nested too deeply."), code="invalid")
+        except ValueError:  # not JSONDecodeError: a number of more than 4300 digits
+            raise forms.ValidationError(gettext("Enter a valid JSON."), code="invalid")
 
     def bound_data(self, data, initial):
         try:
             return super().bound_data(data, initial)
-        except RecursionError:
+        except (RecursionError, ValueError):
             return forms.fields.InvalidJSONInput(data)
 
     def prepare_value(self, value):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +176,12 @@ def _format(path: str, message: str) -> str:
     return f"{path}: {message}" if path else message
 
 
+def _visible(text: str) -> bool:
+    """Whether `text` has a character a person can see (not white space, not a format
+    character such as the zero-width space U+200B)."""
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+
+
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
@@ -218,11 +225,17 @@ class _Checker:
             self.add(path, _("must be true or false"))
 
     def text(self, value: Any, path: str, max_len: int) -> None:
-        if not isinstance(value, str) or not (1 <= len(value) <= max_len) or not value.strip():
+        """A label or placeholder shown on cards: 1–`max_len` characters, something visible
+        (not only spaces or zero-width characters such as U+200B), and no control
+        characters (NUL, newlines, escapes: PostgreSQL's jsonb cannot store NUL, and a
+        card shows none of them) nor lone surrogates."""
+        if not isinstance(value, str) or not (1 <= len(value) <= max_len) or not _visible(value):
             self.add(
                 path,
                 _("must be a non-blank string of 1 to %(max)d characters") % {"max": max_len},
             )
+        elif any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+            self.add(path, _("must not contain control characters"))
 
     def key(self, value: Any, path: str, seen: set[str]) -> None:
         if not isinstance(value, str) or not KEY_RE.fullmatch(value):

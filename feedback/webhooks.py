@@ -244,18 +244,23 @@ def check_addresses(addresses: list[str]) -> list[IP]:
 
 def parse_url(url: str) -> httpx.URL:
     """Parse a destination URL; raises DestinationRefused(INVALID_DESTINATION) unless it is
-    `https://host[:port]/…` with no userinfo and no fragment."""
+    `https://host[:port]/…` with no userinfo and no fragment, a host that decodes (`xn--`
+    names are IDNA-decoded lazily by httpx, so `.host` itself can raise) and a port in
+    1–65535 (the resolver would silently take 99999 modulo 65536)."""
     try:
         parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
+        host = parsed.host
+    except (httpx.InvalidURL, TypeError, ValueError):  # IDNAError is a ValueError
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "not a valid URL") from None
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "the port must be 1 to 65535")
     if parsed.scheme != "https":
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL must use https")
     if parsed.userinfo:
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL must not contain a user")
     if parsed.fragment or "#" in url:
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL must not have a fragment")
-    if not parsed.host:
+    if not host:
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL has no host")
     return parsed
 

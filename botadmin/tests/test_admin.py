@@ -171,9 +171,18 @@ def test_editing_both_the_fields_and_the_json_is_refused(staff, bot):
     assert Bot.objects.get(pk=bot.pk).policy == {}
 
 
-def test_unparseable_json_is_a_field_error(staff, bot):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        # json.loads raises a plain ValueError (not JSONDecodeError) past 4300 digits
+        '{"negative_followup": {"comment": {"max_length": ' + "9" * 5000 + "}}}",
+    ],
+    ids=["syntax", "huge-number"],
+)
+def test_unparseable_json_is_a_field_error(staff, bot, text):
     data = get_form(staff, change_url(bot))
-    data["pl_json"] = "{not json"
+    data["pl_json"] = text
     response = staff.post(change_url(bot), data)
     assert response.status_code == 200
     assert "pl_json" in response.context["adminform"].form.errors

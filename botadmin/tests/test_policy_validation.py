@@ -229,12 +229,21 @@ def test_button_label_of_1_to_24_characters_is_accepted(label):
     assert validate_layer(with_buttons([button("a", label=label), THREE[1], THREE[2]]))
 
 
-@pytest.mark.parametrize("label", ["", "y" * 25, "结" * 25, "   ", 5, None])
+@pytest.mark.parametrize(
+    "label", ["", "y" * 25, "结" * 25, "   ", 5, None, "\u200b", " \u200b\u2060 "]
+)
 def test_button_label_outside_1_to_24_characters_is_refused(label):
     layer = with_buttons([{**button("a"), "label": label}, THREE[1], THREE[2]])
     assert ("buttons[0].label", "must be a non-blank string of 1 to 24 characters") in errors_of(
         layer
     )
+
+
+@pytest.mark.parametrize("label", ["a\x00b", "two\nlines", "tab\there", "esc\x1b[31m", "x\ud800"])
+def test_a_label_with_a_control_character_is_refused(label):
+    # PostgreSQL's jsonb cannot store NUL, and a card shows none of these
+    layer = with_buttons([{**button("a"), "label": label}, THREE[1], THREE[2]])
+    assert errors_of(layer) == [("buttons[0].label", "must not contain control characters")]
 
 
 @pytest.mark.parametrize("style", ["primary", "default", "danger"])

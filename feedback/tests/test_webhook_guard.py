@@ -127,6 +127,9 @@ def test_literal_address_understands_numeric_host_forms(host, expected):
         "https://api.localhost/",
         "not a url",
         "https:///nohost",
+        "https://xn--/x",  # an IDNA label that does not decode
+        "https://hooks.example.com:99999/x",  # the resolver would take 99999 - 65536
+        "https://hooks.example.com:0/x",
     ],
 )
 def test_registration_refuses_unsafe_urls(url, settings):
