@@ -8,6 +8,8 @@ superuser nor a team manager → 403 JSON (see `analytics.access`).
 
 from __future__ import annotations
 
+import itertools
+
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from django.utils.translation import gettext_lazy as _
@@ -44,7 +46,11 @@ def filter_parameters() -> list[OpenApiParameter]:
     """OpenAPI query parameters generated from `AnalyticsFilterSet` (one source of truth)."""
     params = []
     for name, flt in AnalyticsFilterSet.base_filters.items():
-        enum = [value for value, _label in flt.extra["choices"]] if isinstance(flt, ChoiceFilter) else None
+        enum = (
+            [value for value, _label in flt.extra["choices"]]
+            if isinstance(flt, ChoiceFilter)
+            else None
+        )
         params.append(
             OpenApiParameter(
                 name,
@@ -215,7 +221,12 @@ class DeliveriesView(AnalyticsAPIView):
         _refuse_ordering(request)
         cursor, size = _page_args(request)
         page = queries.deliveries_page(query, self.scope(request), cursor=cursor, page_size=size)
-        body = {"results": page.rows, "next": page.next, "previous": page.previous, "page_size": size}
+        body = {
+            "results": page.rows,
+            "next": page.next,
+            "previous": page.previous,
+            "page_size": size,
+        }
         return Response(DeliveryPageSerializer(body).data)
 
 
@@ -249,6 +260,10 @@ class DeliveriesCsvView(AnalyticsAPIView):
         query = self.analytics_query(request)
         _refuse_ordering(request)
         rows = queries.iter_delivery_rows(query, self.scope(request))
+        # Run the first page's query here: an error in it becomes this view's error answer.
+        # Inside the streamed body it could not (nothing would be sent, not even a status).
+        first = next(rows, None)
+        rows = itertools.chain([first], rows) if first is not None else iter(())
         name = "cardloop-deliveries-{}-{}.csv".format(
             query.start.astimezone(query.tz).strftime("%Y%m%d"),
             query.end.astimezone(query.tz).strftime("%Y%m%d"),

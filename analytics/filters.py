@@ -108,15 +108,19 @@ class AnalyticsQuery:
         it cannot carry (then those rows never match)."""
         if self.rating_filters or set(self.delivery_filters) - set(EVENT_DIMENSIONS):
             return None
-        return Q(
-            **{"event__" + EVENT_DIMENSIONS[k]: v for k, v in self.delivery_filters.items()}
-        )
+        return Q(**{"event__" + EVENT_DIMENSIONS[k]: v for k, v in self.delivery_filters.items()})
 
 
 class IntegerFilter(django_filters.Filter):
-    """A filter whose value is a whole number (ids)."""
+    """A filter whose value is a whole number (ids): 1 to 2**63 - 1, the range of the
+    databases' bigint ids (a larger number reached the query and failed there: a 500)."""
 
     field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", 2**63 - 1)
+        super().__init__(*args, **kwargs)
 
 
 class _AnalyticsForm(forms.Form):
@@ -144,9 +148,7 @@ class _AnalyticsForm(forms.Form):
             if raw is None or not str(raw).strip():
                 self.add_error(
                     name,
-                    forms.ValidationError(
-                        _("This parameter is required."), code=f"missing_{name}"
-                    ),
+                    forms.ValidationError(_("This parameter is required."), code=f"missing_{name}"),
                 )
                 continue
             try:
@@ -171,7 +173,9 @@ class _AnalyticsForm(forms.Form):
             if not start < end:
                 self.add_error(
                     "to",
-                    forms.ValidationError(_("`to` must be later than `from`."), code="invalid_range"),
+                    forms.ValidationError(
+                        _("`to` must be later than `from`."), code="invalid_range"
+                    ),
                 )
             elif periods.exceeds_max_span(start, end, tz):
                 self.add_error(
@@ -280,7 +284,14 @@ class AnalyticsFilterSet(django_filters.FilterSet):
         code = "invalid_filter"
         for field_errors in errors.values():
             first = field_errors[0].code
-            if first and first not in ("invalid", "invalid_choice", "max_length", "required"):
+            if first and first not in (
+                "invalid",
+                "invalid_choice",
+                "max_length",
+                "min_value",
+                "max_value",
+                "required",
+            ):
                 code = first
             break
         detail = {

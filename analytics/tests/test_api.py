@@ -121,6 +121,9 @@ def test_manager_of_both_teams_and_superuser_see_both(two_teams, world, manager_
         ({**RANGE, "status": "exploded"}, "invalid_filter", "status"),
         ({**RANGE, "semantic": "meh"}, "invalid_filter", "semantic"),
         ({**RANGE, "team": "A"}, "invalid_filter", "team"),
+        # past 64 bits the database refused the id: a 500 (the CSV export never answered)
+        ({**RANGE, "team": str(2**63)}, "invalid_filter", "team"),
+        ({**RANGE, "team": "0"}, "invalid_filter", "team"),
         ({**RANGE, "verdict": "Bad Key"}, "invalid_filter", "verdict"),
         ({**RANGE, "model": "m" * 101}, "invalid_filter", "model"),
         ({**RANGE, "tz": "Asia/Nowhere"}, "unknown_tz", "tz"),
@@ -296,3 +299,20 @@ async def test_csv_streams_chunk_by_chunk_under_asgi(world, make_delivery, super
     from django.db import connections
 
     await sync_to_async(connections.close_all)()  # the sync thread's connection (PostgreSQL)
+
+
+def test_a_failing_csv_query_is_answered_as_an_error_not_a_stream_that_never_starts(
+    two_teams, api, superuser, monkeypatch
+):
+    from analytics import queries
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the database went away")
+        yield  # a generator, like the real one
+
+    monkeypatch.setattr(queries, "iter_delivery_rows", broken)
+    client = api(superuser)
+    client.raise_request_exception = False
+    response = client.get("/api/v1/analytics/deliveries.csv", RANGE)
+    assert response.status_code == 500
+    assert response.json()["error"] == "server_error"
