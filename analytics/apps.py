@@ -7,3 +7,12 @@ class AnalyticsConfig(AppConfig):
 
     name = "analytics"
     verbose_name = _("Analytics")
+
+    def ready(self):
+        from django.db.models.signals import post_delete
+
+        from analytics import rollups
+
+        post_delete.connect(
+            rollups.forget_team, sender="botadmin.Team", dispatch_uid="analytics.forget_team"
+        )

@@ -9,7 +9,7 @@ for the rebuild, typically seconds at a million deliveries).
 from __future__ import annotations
 
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 
 from analytics.models import DeliveryRatingCounts
 from feedback.models import LatestFeedback, Semantic
@@ -39,29 +39,42 @@ def rebuild() -> int:
         return cur.rowcount
 
 
+def forget_team(sender, instance, **kwargs) -> None:
+    """`post_delete` receiver for `botadmin.Team` (connected in `AnalyticsConfig.ready`): the
+    deleted team's deliveries lose their team (`Delivery.team` is SET_NULL), and so must their
+    rollup rows' copied `team_id`, in the same transaction, or the team's old ratings stay
+    counted under its id while its deliveries no longer are."""
+    DeliveryRatingCounts.objects.filter(team_id=instance.pk).update(team_id=None)
+
+
 def mismatches(limit: int = 10) -> list[dict]:
-    """Deliveries whose stored counts differ from a fresh count of their latest ratings (at most
-    `limit`); an empty list means the rollup is exact. Rows with all-zero counts and no latest
-    rating are not mismatches."""
+    """Deliveries whose stored counts or copied team differ from a fresh count of their latest
+    ratings and their delivery's team (at most `limit`); an empty list means the rollup is
+    exact. Rows with all-zero counts and no latest rating are not mismatches."""
     fresh = {
         row["delivery_id"]: row
-        for row in LatestFeedback.objects.values("delivery_id").annotate(
+        for row in LatestFeedback.objects.values("delivery_id", team_id=F("delivery__team_id"))
+        .annotate(
             positive=Count("id", filter=Q(semantic=Semantic.POSITIVE)),
             progress=Count("id", filter=Q(semantic=Semantic.PROGRESS)),
             negative=Count("id", filter=Q(semantic=Semantic.NEGATIVE)),
-        ).order_by()
+        )
+        .order_by()
     }
     stored = {
         row["delivery_id"]: row
         for row in DeliveryRatingCounts.objects.values(
-            "delivery_id", "positive", "progress", "negative"
+            "delivery_id", "team_id", "positive", "progress", "negative"
         )
     }
     out = []
+    zero = {"team_id": None, "positive": 0, "progress": 0, "negative": 0}
     for delivery_id in sorted(set(fresh) | set(stored)):
-        want = fresh.get(delivery_id, {"positive": 0, "progress": 0, "negative": 0})
-        have = stored.get(delivery_id, {"positive": 0, "progress": 0, "negative": 0})
-        if any(want[k] != have[k] for k in ("positive", "progress", "negative")):
+        want = fresh.get(delivery_id, zero)
+        have = stored.get(delivery_id, zero)
+        if delivery_id not in fresh:  # no rating left: only all-zero counts are right
+            want = {**zero, "team_id": have["team_id"]}
+        if any(want[k] != have[k] for k in ("team_id", "positive", "progress", "negative")):
             out.append({"delivery_id": delivery_id, "stored": have, "fresh": want})
             if len(out) >= limit:
                 break

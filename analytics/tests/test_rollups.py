@@ -70,6 +70,32 @@ def test_deleting_a_delivery_removes_its_counts(make_delivery, rate):
     assert DeliveryRatingCounts.objects.count() == 0
 
 
+def test_deleting_a_team_takes_its_ratings_out_of_its_numbers(world, make_delivery, rate):
+    """Delivery.team is SET_NULL: the rollup's copied team_id must follow, or the deleted
+    team's id kept 207 ratings of 0 deliveries (break-it pass)."""
+    from botadmin import services
+
+    d = make_delivery(team="a")
+    rate(d, "ou_1", "wrong")
+    team_id = world.team_a.pk
+    services.delete_team(None, world.team_a)
+    d.refresh_from_db()
+    assert d.team_id is None
+    assert DeliveryRatingCounts.objects.get(delivery=d).team_id is None
+    assert rollups.mismatches() == []
+    assert not DeliveryRatingCounts.objects.filter(team_id=team_id).exists()
+
+
+def test_the_check_finds_a_copied_team_that_differs_from_the_delivery(make_delivery, rate, world):
+    d = make_delivery(team="a")
+    rate(d, "ou_1", "wrong")
+    DeliveryRatingCounts.objects.filter(delivery=d).update(team_id=world.team_b.pk)
+    (found,) = rollups.mismatches()
+    assert found["delivery_id"] == d.pk
+    rollups.rebuild()
+    assert rollups.mismatches() == []
+
+
 def test_rebuild_repairs_damage_and_is_idempotent(make_delivery, rate):
     for i in range(5):
         d = make_delivery()
