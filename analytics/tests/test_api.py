@@ -316,3 +316,14 @@ def test_a_failing_csv_query_is_answered_as_an_error_not_a_stream_that_never_sta
     response = client.get("/api/v1/analytics/deliveries.csv", RANGE)
     assert response.status_code == 500
     assert response.json()["error"] == "server_error"
+
+
+def test_a_bot_api_key_is_not_an_analytics_credential(make_bot, make_api_key):
+    from rest_framework.test import APIClient
+
+    raw, _key = make_api_key(make_bot(app_id="cli_analytics_probe"))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    response = client.get("/api/v1/analytics/summary", RANGE)
+    assert response.status_code == 401
+    assert response.json()["error"] == "not_authenticated"
