@@ -14,6 +14,7 @@ import secrets as pysecrets
 from typing import ClassVar
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -133,7 +134,21 @@ class Bot(models.Model):
         "verification_token": "verification_token_ref",
     }
 
-    app_id = models.CharField(_("app_id"), max_length=64, unique=True)
+    app_id = models.CharField(
+        _("app_id"),
+        max_length=64,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^[A-Za-z0-9_-]+\Z",
+                _(
+                    "Use the App ID from the Feishu developer console (cli_…): letters, digits, "
+                    "_ and - only. It is part of the callback URL /lark/<app_id>/callback."
+                ),
+            )
+        ],
+        help_text=_("From the Feishu developer console, e.g. cli_a1b2c3d4e5f6a7b8."),
+    )
     name = models.CharField(_("name"), max_length=100)
     domain = models.CharField(
         _("domain"), max_length=8, choices=Domain.choices, default=Domain.FEISHU

@@ -529,6 +529,16 @@ def test_new_bot_with_credentials_and_a_layer_is_created_through_the_add_page(st
     assert SECRET not in staff.get(change_url(bot)).content.decode()
 
 
+@pytest.mark.parametrize("app_id", ["cli bad id", "cli/../x", "cli_ü", "cli_x;y"])
+def test_an_app_id_that_cannot_be_in_the_callback_url_is_a_field_error(staff, db, app_id):
+    data = get_form(staff, add_url(Bot))
+    data.update(name="Bad", app_id=app_id, domain="feishu")
+    response = staff.post(add_url(Bot), data)
+    assert response.status_code == 200
+    assert "app_id" in response.context["adminform"].form.errors
+    assert not Bot.objects.filter(name="Bad").exists()
+
+
 def test_list_columns_say_whether_feedback_is_on(staff, chat_policy):
     page = staff.get(reverse("admin:botadmin_chatpolicy_changelist")).content.decode()
     assert '<td class="field-effective_feedback">on</td>' in page
