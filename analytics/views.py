@@ -74,6 +74,7 @@ def dashboard(request):
         },
         "language": request.LANGUAGE_CODE,
         "strings": _js_strings(),
+        "statuses": {value: str(label) for value, label in Delivery.Status.choices},
     }
     return render(
         request,

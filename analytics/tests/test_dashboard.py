@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from feedback.models import Delivery
+
 
 def test_anonymous_visitor_is_redirected_to_the_sign_in_page(client, db):
     response = client.get("/dashboard/?team=1")
@@ -17,6 +21,24 @@ def test_logged_in_user_without_a_team_gets_a_403_page(client, django_user_model
     response = client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="en")
     assert response.status_code == 403
     assert "not a member of any team" in response.content.decode()
+
+
+@pytest.mark.parametrize("has_team", [True, False], ids=["dashboard", "forbidden-page"])
+def test_both_pages_offer_a_sign_out_that_works(client, world, manager_of, django_user_model, has_team):
+    user = manager_of(world.team_a) if has_team else django_user_model.objects.create_user("plain", password="x")
+    client.force_login(user)
+    html = client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert 'action="/accounts/logout/" method="post"' in html and "注销" in html
+    assert client.post("/accounts/logout/").status_code == 302
+    assert client.get("/dashboard/").status_code == 302  # signed out: back to the sign-in page
+
+
+def test_delivery_statuses_reach_the_page_script_translated(client, world, manager_of):
+    client.force_login(manager_of(world.team_a))
+    html = client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    config = json.loads(html.split('id="dashboard-config" type="application/json">')[1].split("</script>")[0])
+    assert set(config["statuses"]) == {value for value, _label in Delivery.Status.choices}
+    assert config["statuses"]["sent"] != "sent"
 
 
 def test_manager_sees_only_their_teams_as_options_and_the_page_reads_the_api(client, world, manager_of):

@@ -129,7 +129,9 @@ def test_dashboard_shows_an_api_error_instead_of_numbers(live_server, history, b
     page.fill("#id_password", "pw-for-browser-test")
     page.click("button[type=submit]")
     page.wait_for_selector("body[data-state=error]", timeout=20_000)
-    assert "invalid_range" in page.inner_text("#error")
+    text = page.inner_text("#error")
+    assert "invalid_range" in text
+    assert "to: " in text and "{" not in text and "[" not in text  # read as text, not raw JSON
     context.close()
 
 
@@ -139,4 +141,9 @@ def test_dashboard_speaks_chinese_by_default(live_server, history, browser):
     _login(page, live_server, f"/dashboard/?{RANGE}")
     assert page.inner_text("h1") == "反馈分析"
     assert "已评价" in page.inner_text("#kpi-coverage .parts")
+    page.wait_for_selector("#deliveries tbody tr", timeout=20_000)
+    statuses = page.eval_on_selector_all(
+        "#deliveries tbody tr td:nth-child(6)", "cells => cells.map(c => c.textContent)"
+    )
+    assert statuses and not set(statuses) & {"sent", "completed", "failed", "pending"}
     context.close()

@@ -69,9 +69,17 @@
     });
   }
 
+  /* An API error's detail as a person reads it: "from: message; to: message". */
+  function describe(detail) {
+    if (detail === null || detail === undefined) { return ""; }
+    if (typeof detail === "string") { return detail; }
+    if (Array.isArray(detail)) { return detail.map(describe).join(" "); }
+    return Object.keys(detail).map(function (key) { return key + ": " + describe(detail[key]); }).join("; ");
+  }
+
   function showError(err) {
     var box = $("error");
-    var detail = err.body ? JSON.stringify(err.body.detail) : String(err);
+    var detail = err.body ? describe(err.body.detail) : String(err);
     box.textContent = T.error + " " + (err.body ? err.body.error + " — " : "") + detail;
     box.hidden = false;
     document.body.dataset.state = "error";
@@ -206,7 +214,7 @@
       cell(tr, row.bot.name || row.bot.app_id);
       cell(tr, row.model || "—");
       cell(tr, row.skill_name ? row.skill_name + (row.skill_version ? " " + row.skill_version : "") : "—");
-      cell(tr, row.status);
+      cell(tr, (config.statuses || {})[row.status] || row.status);
       var ratings = cell(tr, "");
       if (!row.ratings.length) {
         ratings.textContent = T.unrated;
