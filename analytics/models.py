@@ -27,14 +27,22 @@ class DeliveryRatingCounts(models.Model):
     """Counts of the latest ratings of one delivery, by semantic (trigger-maintained)."""
 
     delivery = models.OneToOneField(
-        Delivery, primary_key=True, on_delete=models.CASCADE, related_name="+"
+        Delivery,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("delivery"),
     )
-    created_at = models.DateTimeField(help_text=_("Copy of the delivery's send time."))
-    team_id = models.BigIntegerField(null=True, help_text=_("Copy of the delivery's team id."))
-    bot_id = models.BigIntegerField(help_text=_("Copy of the delivery's bot id."))
-    positive = models.IntegerField(default=0)
-    progress = models.IntegerField(default=0)
-    negative = models.IntegerField(default=0)
+    created_at = models.DateTimeField(
+        _("created at"), help_text=_("Copy of the delivery's send time.")
+    )
+    team_id = models.BigIntegerField(
+        _("team id"), null=True, help_text=_("Copy of the delivery's team id.")
+    )
+    bot_id = models.BigIntegerField(_("bot id"), help_text=_("Copy of the delivery's bot id."))
+    positive = models.IntegerField(_("positive"), default=0)
+    progress = models.IntegerField(_("progress"), default=0)
+    negative = models.IntegerField(_("negative"), default=0)
 
     class Meta:
         verbose_name = _("delivery rating counts")

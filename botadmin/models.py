@@ -54,9 +54,14 @@ class Team(models.Model):
 class TeamMembership(models.Model):
     """A user's membership of a team; analytics are scoped to the teams a manager is in."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(
+        Team, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("team")
+    )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="team_memberships",
+        verbose_name=_("user"),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -101,8 +106,12 @@ class TeamChat(models.Model):
     """Binding of a chat to a team. A chat bound to two teams resolves to feedback off
     (reason `ambiguous_team`): it fails closed rather than guess whose policy applies."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="chat_bindings")
-    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="team_bindings")
+    team = models.ForeignKey(
+        Team, on_delete=models.CASCADE, related_name="chat_bindings", verbose_name=_("team")
+    )
+    chat = models.ForeignKey(
+        Chat, on_delete=models.CASCADE, related_name="team_bindings", verbose_name=_("chat")
+    )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -158,9 +167,15 @@ class Bot(models.Model):
         default=False,
         help_text=_("API-only bots never show feedback buttons, whatever the policy says."),
     )
-    app_secret_ref = models.CharField(max_length=80, blank=True, editable=False)
-    encrypt_key_ref = models.CharField(max_length=80, blank=True, editable=False)
-    verification_token_ref = models.CharField(max_length=80, blank=True, editable=False)
+    app_secret_ref = models.CharField(
+        _("app secret ref"), max_length=80, blank=True, editable=False
+    )
+    encrypt_key_ref = models.CharField(
+        _("encrypt key ref"), max_length=80, blank=True, editable=False
+    )
+    verification_token_ref = models.CharField(
+        _("verification token ref"), max_length=80, blank=True, editable=False
+    )
     policy = models.JSONField(
         _("feedback policy layer"),
         default=dict,
@@ -198,8 +213,12 @@ class Bot(models.Model):
 class ChatPolicy(models.Model):
     """The policy layer for one (bot, chat) pair: the most specific layer."""
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="chat_policies")
-    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="chat_policies")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="chat_policies", verbose_name=_("bot")
+    )
+    chat = models.ForeignKey(
+        Chat, on_delete=models.CASCADE, related_name="chat_policies", verbose_name=_("chat")
+    )
     policy = models.JSONField(_("feedback policy layer"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -238,7 +257,7 @@ class HashedToken(models.Model):
 
     label = models.CharField(_("label"), max_length=100, blank=True)
     lookup = models.CharField(_("key prefix"), max_length=16, unique=True, editable=False)
-    token_hash = models.CharField(max_length=64, editable=False)
+    token_hash = models.CharField(_("token hash"), max_length=64, editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True, editable=False)
@@ -292,9 +311,16 @@ class BotApiKey(HashedToken):
 
     PREFIX_TAG = "clk"
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="api_keys")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="api_keys", verbose_name=_("bot")
+    )
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
     )
 
     class Meta:
@@ -311,10 +337,17 @@ class DesktopToken(HashedToken):
 
     PREFIX_TAG = "cdt"
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="desktop_tokens")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="desktop_tokens", verbose_name=_("bot")
+    )
     open_id = models.CharField(_("open_id"), max_length=64)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
     )
 
     class Meta:
@@ -358,11 +391,19 @@ class WebhookDestination(models.Model):
         default=False,
         help_text=_("Send feedback comment text in feedback.revised. Off by default."),
     )
-    secret_ref = models.CharField(max_length=80, blank=True, editable=False)
-    previous_secret_ref = models.CharField(max_length=80, blank=True, editable=False)
-    previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
-    teams = models.ManyToManyField(Team, blank=True, related_name="webhook_destinations")
-    bots = models.ManyToManyField(Bot, blank=True, related_name="webhook_destinations")
+    secret_ref = models.CharField(_("secret ref"), max_length=80, blank=True, editable=False)
+    previous_secret_ref = models.CharField(
+        _("previous secret ref"), max_length=80, blank=True, editable=False
+    )
+    previous_secret_expires_at = models.DateTimeField(
+        _("previous secret expires at"), null=True, blank=True, editable=False
+    )
+    teams = models.ManyToManyField(
+        Team, blank=True, related_name="webhook_destinations", verbose_name=_("teams")
+    )
+    bots = models.ManyToManyField(
+        Bot, blank=True, related_name="webhook_destinations", verbose_name=_("bots")
+    )
     disabled_reason = models.CharField(_("disabled reason"), max_length=200, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

@@ -70,9 +70,16 @@ class Delivery(models.Model):
         PROGRESS = "progress", _("progress")
 
     delivery_id = models.CharField(_("delivery id"), max_length=40, unique=True)
-    bot = models.ForeignKey(Bot, on_delete=models.PROTECT, related_name="deliveries")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.PROTECT, related_name="deliveries", verbose_name=_("bot")
+    )
     chat = models.ForeignKey(
-        Chat, on_delete=models.PROTECT, related_name="deliveries", null=True, blank=True
+        Chat,
+        on_delete=models.PROTECT,
+        related_name="deliveries",
+        null=True,
+        blank=True,
+        verbose_name=_("chat"),
     )
     team = models.ForeignKey(
         Team,
@@ -80,56 +87,81 @@ class Delivery(models.Model):
         related_name="deliveries",
         null=True,
         blank=True,
+        verbose_name=_("team"),
         help_text=_("The chat's team at send time (frozen)."),
     )
     # Correlation
-    session_id = models.CharField(max_length=128, blank=True, default="")
-    turn_id = models.CharField(max_length=128, blank=True, default="")
-    native_session_id = models.CharField(max_length=128, blank=True, default="")
-    dispatch_attempt = models.PositiveIntegerField(default=0)
-    discriminator = models.CharField(max_length=64, blank=True, default="")
-    requester_open_id = models.CharField(max_length=64, blank=True, default="")
+    session_id = models.CharField(_("session_id"), max_length=128, blank=True, default="")
+    turn_id = models.CharField(_("turn_id"), max_length=128, blank=True, default="")
+    native_session_id = models.CharField(
+        _("native_session_id"), max_length=128, blank=True, default=""
+    )
+    dispatch_attempt = models.PositiveIntegerField(_("dispatch attempt"), default=0)
+    discriminator = models.CharField(_("discriminator"), max_length=64, blank=True, default="")
+    requester_open_id = models.CharField(
+        _("requester open_id"), max_length=64, blank=True, default=""
+    )
     topic_id = models.CharField(_("topic"), max_length=128, blank=True, default="")
     response_kind = models.CharField(
-        max_length=10, choices=ResponseKind.choices, default=ResponseKind.PROGRESS
+        _("response kind"),
+        max_length=10,
+        choices=ResponseKind.choices,
+        default=ResponseKind.PROGRESS,
     )
     # Platform
-    platform_message_id = models.CharField(max_length=64, blank=True, default="")
-    card_id = models.CharField(max_length=64, blank=True, default="")
-    content_hash = models.CharField(max_length=71, blank=True, default="")
+    platform_message_id = models.CharField(
+        _("platform_message_id"), max_length=64, blank=True, default=""
+    )
+    card_id = models.CharField(_("card_id"), max_length=64, blank=True, default="")
+    content_hash = models.CharField(_("content hash"), max_length=71, blank=True, default="")
     # Runtime metadata (dimensions for analytics, frozen at send time)
-    model = models.CharField(max_length=100, blank=True, default="")
-    cli_id = models.CharField(max_length=100, blank=True, default="")
-    cli_version = models.CharField(max_length=50, blank=True, default="")
-    skill_name = models.CharField(max_length=100, blank=True, default="")
-    skill_version = models.CharField(max_length=50, blank=True, default="")
-    workflow_id = models.CharField(max_length=128, blank=True, default="")
-    task_id = models.CharField(max_length=128, blank=True, default="")
-    parent_task_id = models.CharField(max_length=128, blank=True, default="")
-    reasoning_effort = models.CharField(max_length=20, blank=True, default="")
+    model = models.CharField(_("model"), max_length=100, blank=True, default="")
+    cli_id = models.CharField(_("CLI id"), max_length=100, blank=True, default="")
+    cli_version = models.CharField(_("CLI version"), max_length=50, blank=True, default="")
+    skill_name = models.CharField(_("skill name"), max_length=100, blank=True, default="")
+    skill_version = models.CharField(_("skill version"), max_length=50, blank=True, default="")
+    workflow_id = models.CharField(_("workflow id"), max_length=128, blank=True, default="")
+    task_id = models.CharField(_("task id"), max_length=128, blank=True, default="")
+    parent_task_id = models.CharField(_("parent task id"), max_length=128, blank=True, default="")
+    reasoning_effort = models.CharField(
+        _("reasoning effort"), max_length=20, blank=True, default=""
+    )
     # Feedback
-    feedback_shown = models.BooleanField(default=False)
+    feedback_shown = models.BooleanField(_("feedback shown"), default=False)
     feedback_reason = models.CharField(
+        _("feedback reason"),
         max_length=20,
         blank=True,
         default="",
-        help_text=_("enabled | disabled | api_only | ambiguous_team | not_final"),
+        help_text=_(
+            "enabled | disabled | api_only | ambiguous_team | invalid_policy | not_final | no_card"
+        ),
     )
-    policy_snapshot = models.JSONField(null=True, blank=True)
+    policy_snapshot = models.JSONField(_("policy snapshot"), null=True, blank=True)
     current_revision = models.ForeignKey(
-        "Revision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "Revision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("current revision"),
     )
     webhook_destination_ids = models.JSONField(
-        default=list, blank=True, help_text=_("Destinations frozen at send time.")
+        _("webhook destination ids"),
+        default=list,
+        blank=True,
+        help_text=_("Destinations frozen at send time."),
     )
     # State
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
-    error_code = models.CharField(max_length=64, blank=True, default="")
-    duration_ms = models.PositiveBigIntegerField(null=True, blank=True)
-    usage = models.JSONField(null=True, blank=True)
-    completed_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(auto_now=True)
+    status = models.CharField(
+        _("status"), max_length=12, choices=Status.choices, default=Status.PENDING
+    )
+    error_code = models.CharField(_("error code"), max_length=64, blank=True, default="")
+    duration_ms = models.PositiveBigIntegerField(_("duration (ms)"), null=True, blank=True)
+    usage = models.JSONField(_("usage"), null=True, blank=True)
+    completed_at = models.DateTimeField(_("completed at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     objects = DeliveryQuerySet.as_manager()
 
@@ -194,20 +226,29 @@ class Revision(models.Model):
         CARD = "card", _("Feishu card")
         API = "api", _("API")
 
-    revision_id = models.CharField(max_length=40, unique=True)
-    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="revisions")
-    operator_open_id = models.CharField(max_length=64)
-    revision = models.PositiveIntegerField()
-    verdict_key = models.CharField(max_length=64)
-    semantic = models.CharField(max_length=10, choices=Semantic.choices)
-    reason_key = models.CharField(max_length=64, blank=True, default="")
-    comment = models.TextField(blank=True, default="")
-    callback_key = models.CharField(max_length=80, unique=True)
-    supersedes = models.OneToOneField(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    revision_id = models.CharField(_("revision id"), max_length=40, unique=True)
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.CASCADE, related_name="revisions", verbose_name=_("delivery")
     )
-    source = models.CharField(max_length=8, choices=Source.choices, default=Source.CARD)
-    created_at = models.DateTimeField(default=timezone.now)
+    operator_open_id = models.CharField(_("operator open_id"), max_length=64)
+    revision = models.PositiveIntegerField(_("revision number"))
+    verdict_key = models.CharField(_("verdict key"), max_length=64)
+    semantic = models.CharField(_("semantic"), max_length=10, choices=Semantic.choices)
+    reason_key = models.CharField(_("reason key"), max_length=64, blank=True, default="")
+    comment = models.TextField(_("comment"), blank=True, default="")
+    callback_key = models.CharField(_("callback key"), max_length=80, unique=True)
+    supersedes = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="superseded_by",
+        verbose_name=_("supersedes"),
+    )
+    source = models.CharField(
+        _("source"), max_length=8, choices=Source.choices, default=Source.CARD
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
 
     class Meta:
         verbose_name = _("feedback revision")
@@ -227,13 +268,20 @@ class LatestFeedback(models.Model):
     """The newest revision of each (delivery, operator): one row, moved forward in the same
     transaction that appends a revision. Analytics count these ("latest ratings")."""
 
-    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="latest_feedback")
-    operator_open_id = models.CharField(max_length=64)
-    revision = models.OneToOneField(Revision, on_delete=models.CASCADE, related_name="+")
-    semantic = models.CharField(max_length=10, choices=Semantic.choices)
-    verdict_key = models.CharField(max_length=64)
-    reason_key = models.CharField(max_length=64, blank=True, default="")
-    updated_at = models.DateTimeField(default=timezone.now)
+    delivery = models.ForeignKey(
+        Delivery,
+        on_delete=models.CASCADE,
+        related_name="latest_feedback",
+        verbose_name=_("delivery"),
+    )
+    operator_open_id = models.CharField(_("operator open_id"), max_length=64)
+    revision = models.OneToOneField(
+        Revision, on_delete=models.CASCADE, related_name="+", verbose_name=_("revision")
+    )
+    semantic = models.CharField(_("semantic"), max_length=10, choices=Semantic.choices)
+    verdict_key = models.CharField(_("verdict key"), max_length=64)
+    reason_key = models.CharField(_("reason key"), max_length=64, blank=True, default="")
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
 
     class Meta:
         verbose_name = _("latest feedback")
@@ -257,15 +305,17 @@ class WorkerTerminal(models.Model):
         CANCELLED = "cancelled", _("cancelled")
         AMBIGUOUS = "ambiguous", _("ambiguous")
 
-    bot = models.ForeignKey(Bot, on_delete=models.PROTECT, related_name="worker_terminals")
-    session_id = models.CharField(max_length=128)
-    turn_id = models.CharField(max_length=128)
-    attempt = models.PositiveIntegerField(default=0)
-    status = models.CharField(max_length=10, choices=Status.choices)
-    completed_at = models.DateTimeField(default=timezone.now)
-    duration_ms = models.PositiveBigIntegerField(null=True, blank=True)
-    usage = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
+    bot = models.ForeignKey(
+        Bot, on_delete=models.PROTECT, related_name="worker_terminals", verbose_name=_("bot")
+    )
+    session_id = models.CharField(_("session_id"), max_length=128)
+    turn_id = models.CharField(_("turn_id"), max_length=128)
+    attempt = models.PositiveIntegerField(_("dispatch attempt"), default=0)
+    status = models.CharField(_("status"), max_length=10, choices=Status.choices)
+    completed_at = models.DateTimeField(_("completed at"), default=timezone.now)
+    duration_ms = models.PositiveBigIntegerField(_("duration (ms)"), null=True, blank=True)
+    usage = models.JSONField(_("usage"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
 
     class Meta:
         verbose_name = _("worker terminal")
@@ -318,25 +368,43 @@ class Event(models.Model):
         INTERACTION_RESOLVED = "interaction.resolved", "interaction.resolved"
         WEBHOOK_TEST = "webhook.test", "webhook.test"
 
-    event_id = models.CharField(max_length=40, unique=True)
-    type = models.CharField(max_length=32, choices=Type.choices, db_index=True)
-    version = models.PositiveSmallIntegerField(default=1)
-    bot = models.ForeignKey(Bot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    event_id = models.CharField(_("event id"), max_length=40, unique=True)
+    type = models.CharField(_("type"), max_length=32, choices=Type.choices, db_index=True)
+    version = models.PositiveSmallIntegerField(_("version"), default=1)
+    bot = models.ForeignKey(
+        Bot,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("bot"),
+    )
     team = models.ForeignKey(
-        Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        Team,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("team"),
     )
     delivery = models.ForeignKey(
-        Delivery, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+        Delivery,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="events",
+        verbose_name=_("delivery"),
     )
-    body = models.TextField()
+    body = models.TextField(_("body"))
     seq = models.BigIntegerField(
+        _("feed position"),
         null=True,
         blank=True,
         unique=True,
         editable=False,
         help_text=_("Feed position, assigned after commit in commit order."),
     )
-    created_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
 
     objects = EventQuerySet.as_manager()
 
@@ -362,13 +430,20 @@ class OutboxItem(WorkItem):
     """One (event, destination) delivery obligation. `body` is serialized once, when the row is
     written, and sent byte-identical on every attempt."""
 
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="outbox_items")
-    destination = models.ForeignKey(
-        WebhookDestination, on_delete=models.CASCADE, related_name="outbox_items"
+    event = models.ForeignKey(
+        Event, on_delete=models.CASCADE, related_name="outbox_items", verbose_name=_("event")
     )
-    body = models.TextField()
-    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
+    destination = models.ForeignKey(
+        WebhookDestination,
+        on_delete=models.CASCADE,
+        related_name="outbox_items",
+        verbose_name=_("destination"),
+    )
+    body = models.TextField(_("body"))
+    last_status_code = models.PositiveSmallIntegerField(
+        _("last status code"), null=True, blank=True
+    )
+    delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("outbox item")
@@ -391,18 +466,24 @@ class WebhookAttempt(models.Model):
     """One HTTP attempt of an outbox item: the destination's attempt log."""
 
     outbox_item = models.ForeignKey(
-        OutboxItem, on_delete=models.CASCADE, related_name="attempt_log"
+        OutboxItem,
+        on_delete=models.CASCADE,
+        related_name="attempt_log",
+        verbose_name=_("outbox item"),
     )
     destination = models.ForeignKey(
-        WebhookDestination, on_delete=models.CASCADE, related_name="attempts"
+        WebhookDestination,
+        on_delete=models.CASCADE,
+        related_name="attempts",
+        verbose_name=_("destination"),
     )
-    attempt = models.PositiveIntegerField()
-    started_at = models.DateTimeField(default=timezone.now)
-    duration_ms = models.PositiveIntegerField(default=0)
-    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    outcome = models.CharField(max_length=24)
-    error = models.CharField(max_length=500, blank=True, default="")
-    response_excerpt = models.TextField(blank=True, default="")
+    attempt = models.PositiveIntegerField(_("attempt"))
+    started_at = models.DateTimeField(_("started at"), default=timezone.now)
+    duration_ms = models.PositiveIntegerField(_("duration (ms)"), default=0)
+    status_code = models.PositiveSmallIntegerField(_("status code"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=24)
+    error = models.CharField(_("error"), max_length=500, blank=True, default="")
+    response_excerpt = models.TextField(_("response excerpt"), blank=True, default="")
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -37,7 +37,7 @@ class InboundEvent(models.Model):
         PROCESSING = "processing", _("processing")
         ANSWERED = "answered", _("answered")
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="+")
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="+", verbose_name=_("bot"))
     event_id = models.CharField(_("event_id"), max_length=64)
     event_type = models.CharField(_("event type"), max_length=100)
     status = models.CharField(
@@ -87,7 +87,9 @@ class CardEntity(models.Model):
     - `next_send_at`: pacing; Feishu allows 5 updates per second per message.
     """
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="card_entities")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="card_entities", verbose_name=_("bot")
+    )
     card_id = models.CharField(_("card_id"), max_length=64, blank=True, default="")
     open_message_id = models.CharField(_("open_message_id"), max_length=64, blank=True, default="")
     purpose = models.CharField(
@@ -139,7 +141,9 @@ class CardUpdate(WorkItem):
     it; the time-based fallback makes it due anyway. The payload is cleared once applied.
     """
 
-    card = models.ForeignKey(CardEntity, on_delete=models.CASCADE, related_name="updates")
+    card = models.ForeignKey(
+        CardEntity, on_delete=models.CASCADE, related_name="updates", verbose_name=_("card")
+    )
     card_json = models.JSONField(_("whole card"), null=True, blank=True)
     renderer = models.CharField(
         _("renderer"),
@@ -153,7 +157,7 @@ class CardUpdate(WorkItem):
     )
     elements = models.JSONField(_("element updates"), default=dict, blank=True)
     sequence = models.PositiveIntegerField(_("sequence of the last attempt"), null=True, blank=True)
-    hold_token = models.CharField(max_length=32, blank=True, default="")
+    hold_token = models.CharField(_("hold token"), max_length=32, blank=True, default="")
     error_code = models.BigIntegerField(_("Feishu error code"), null=True, blank=True)
     coalesced_into = models.ForeignKey(
         "self",
@@ -161,6 +165,7 @@ class CardUpdate(WorkItem):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        verbose_name=_("coalesced into"),
         help_text=_("Set when this update was retried as part of a newer one."),
     )
 
@@ -264,7 +269,9 @@ class Interaction(models.Model):
         BOT = "bot", _("bot")
 
     public_id = models.CharField(_("interaction id"), max_length=40, unique=True)
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="interactions")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="interactions", verbose_name=_("bot")
+    )
     kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
     channel = models.CharField(_("channel kind"), max_length=12)
     chat_id = models.CharField(_("chat_id"), max_length=64)
@@ -304,7 +311,12 @@ class Interaction(models.Model):
     resolution = models.JSONField(_("resolution"), null=True, blank=True)
     resolved_at = models.DateTimeField(_("resolved at"), null=True, blank=True)
     card = models.ForeignKey(
-        CardEntity, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        CardEntity,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("card"),
     )
     open_message_id = models.CharField(_("open_message_id"), max_length=64, blank=True, default="")
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
@@ -368,7 +380,9 @@ class ApprovalRule(models.Model):
     backend can skip asking. Revoked in the admin (`revoked_at`), never deleted.
     """
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="approval_rules")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="approval_rules", verbose_name=_("bot")
+    )
     tool = models.CharField(_("tool"), max_length=128)
     scope = models.CharField(_("scope"), max_length=8, choices=Interaction.Scope.choices)
     session_id = models.CharField(_("session_id"), max_length=128, blank=True, default="")
@@ -441,7 +455,9 @@ class PanelPresence(models.Model):
     `CARDLOOP_PANEL_PRESENCE_TTL` seconds and are swept by the next heartbeat of any process.
     """
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="panel_presences")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="panel_presences", verbose_name=_("bot")
+    )
     open_id = models.CharField(_("open_id"), max_length=64)
     channel_name = models.CharField(_("channel name"), max_length=200, unique=True)
     token = models.ForeignKey(
@@ -548,7 +564,9 @@ class ProgressSession(models.Model):
 
     TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="progress_sessions")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="progress_sessions", verbose_name=_("bot")
+    )
     session_id = models.CharField(_("session_id"), max_length=128)
     receive_id_type = models.CharField(
         _("receive_id_type"),
@@ -569,7 +587,12 @@ class ProgressSession(models.Model):
     tool_lines = models.JSONField(_("tool lines"), default=list, blank=True)
     details_url = models.URLField(_("session details URL"), max_length=500, blank=True)
     card = models.OneToOneField(
-        CardEntity, null=True, blank=True, on_delete=models.SET_NULL, related_name="progress"
+        CardEntity,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="progress",
+        verbose_name=_("card"),
     )
     state_version = models.BigIntegerField(_("state version"), default=0)
     sending_since = models.DateTimeField(_("first send started"), null=True, blank=True)

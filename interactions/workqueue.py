@@ -52,7 +52,7 @@ class WorkItem(models.Model):
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     next_attempt_at = models.DateTimeField(_("next attempt"), default=timezone.now)
     claimed_at = models.DateTimeField(_("claimed at"), null=True, blank=True)
-    claim_token = models.CharField(max_length=32, blank=True, default="")
+    claim_token = models.CharField(_("claim token"), max_length=32, blank=True, default="")
     last_error = models.CharField(_("last error"), max_length=500, blank=True, default="")
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
