@@ -405,6 +405,19 @@ def _key_taken() -> AskRefused:
     )
 
 
+def _repeated(existing: Interaction, session_id: str) -> Registration:
+    """The answer to a repeated `idempotency_key`: the first ask, when it belongs to the same
+    session; another session's ask is refused (`idempotency_key_taken`) rather than handed
+    to a caller that would then wait on, or cancel, someone else's question."""
+    if existing.session_id != session_id:
+        raise AskRefused(
+            "idempotency_key_taken",
+            "idempotency_key",
+            _("This idempotency_key is already used by an ask of another session."),
+        )
+    return Registration(existing, False, bool(existing.card_id), False)
+
+
 def register_ask(
     bot: Bot,
     session_id: str,
@@ -421,7 +434,8 @@ def register_ask(
     Surfaces: the session's progress card when it is running (a form `ask_<n>` is added by
     re-rendering the card; no other notification is sent) and the requester's connected panel
     (`panels.push(panel_message)` on commit). The requester defaults to the progress session's.
-    A repeated `idempotency_key` returns the first ask (`created` False) and shows nothing new.
+    A repeated `idempotency_key` returns the first ask (`created` False) and shows nothing new;
+    the key of another session's ask is refused (`AskRefused` `idempotency_key_taken`).
 
     Raises `NoChannel` (nothing recorded) when neither surface exists, `AskRefused` when no
     requester is known. `questions` must already be validated (the API serializer: 1–4
@@ -443,7 +457,7 @@ def register_ask(
             if idempotency_key:
                 existing = Ask.objects.for_request(bot, idempotency_key).first()
                 if existing is not None:
-                    return Registration(existing, False, bool(existing.card_id), False)
+                    return _repeated(existing, session_id)
                 if Interaction.objects.for_request(bot, idempotency_key).exists():
                     raise _key_taken()
             requester = requester_open_id or (session.requester_open_id if session else "")
@@ -495,7 +509,7 @@ def register_ask(
             existing = Ask.objects.for_request(bot, idempotency_key).first()
             if existing is None:  # an interaction of another kind holds the key
                 raise _key_taken() from None
-            return Registration(existing, False, bool(existing.card_id), False)
+            return _repeated(existing, session_id)
         raise
     log.info("ask %s registered (card=%s, panel=%s)", ask.public_id, on_card, on_panel)
     return Registration(ask, True, on_card, on_panel)

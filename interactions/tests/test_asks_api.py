@@ -204,6 +204,17 @@ def test_default_timeout_is_15_minutes_and_idempotency_key_returns_the_same_ask(
     assert abs((ask.expires_at - ask.created_at).total_seconds() - 900) < 1
 
 
+def test_an_idempotency_key_of_another_sessions_ask_is_refused_400(api, panel):
+    put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
+    put_progress(api, session="sess-other", chat_id=CHAT, requester_open_id=REQUESTER)
+    first = post_ask(api, idempotency_key="hook-1")
+    assert first.status_code == 201
+    other = post_ask(api, session="sess-other", idempotency_key="hook-1")
+    assert other.status_code == 400, other.content
+    assert other.json()["error"] == "idempotency_key_taken"
+    assert Ask.objects.count() == 1
+
+
 def test_an_idempotency_key_an_approval_already_holds_is_refused_400_and_nothing_is_written(
     api, panel
 ):
