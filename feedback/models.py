@@ -209,6 +209,11 @@ class Delivery(models.Model):
                 condition=Q(status__in=["send_failed", "failed"]),
                 name="delivery_analytics_failed",
             ),
+            # `interrupted_sends`, every few seconds per outbox worker: the few pending rows,
+            # not a scan of every delivery
+            models.Index(
+                fields=["updated_at"], condition=Q(status="pending"), name="delivery_pending"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from botadmin.db.sqlite3 import base as sqlite_base
 from feedback.models import Delivery
@@ -123,6 +124,8 @@ def test_lookups_by_message_card_and_request_id_use_their_unique_index(
         ).first(),
         "interaction_request_id ": lambda: Ask.objects.for_request(lark_bot, "req_x").first(),
         "card_entity_message ": lambda: asks.session_for_message(lark_bot, "om_x"),
+        # every few seconds per outbox worker (`deliveries.fail_interrupted_sends`)
+        "delivery_pending": lambda: Delivery.objects.interrupted_sends(timezone.now()).first(),
     }
     for index, lookup in lookups.items():
         with _recorded(monkeypatch, application_only=False) as statements:
