@@ -36,6 +36,7 @@ Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -336,22 +337,33 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
             status=Delivery.Status.PENDING, updated_at__lt=now - STALE_SEND
         ).update(updated_at=now)
         if claimed:
-            log.warning("delivery %s: its send was interrupted; sending again", existing.pk)
+            log.warning(
+                "delivery %s: its send was interrupted; sending again", existing.delivery_id
+            )
     else:
         return Delivered(existing, created=False)
     if not claimed:
         existing.refresh_from_db()
         return Delivered(existing, created=False)
     existing.refresh_from_db()
+    # the chat the delivery was made for (its frozen snapshot), not whatever this retry names
+    request = dataclasses.replace(
+        request, chat_id=(existing.policy_snapshot or {}).get("chat_id") or request.chat_id
+    )
     card = request.card
     composed = None
-    if card is not None:
+    if existing.card_id and not request.registers:
+        # An earlier attempt created the CardKit entity: it is sent as it is. If its message
+        # went out, Feishu's uuid dedupe answers with that message, which shows that entity,
+        # so an entity for an edited card would be recorded but never seen.
+        if card is not None and feedback_cards.content_hash(card) != existing.content_hash:
+            log.info(
+                "delivery %s: resent with an edited card; the first card is kept",
+                existing.delivery_id,
+            )
+    elif card is not None:
         if feedback_cards.content_hash(card) != existing.content_hash and existing.content_hash:
             log.info("delivery %s: resent with an edited card", existing.delivery_id)
-            if existing.card_id and not request.registers:
-                # the recorded entity shows the old card: the edited one gets its own
-                rows.update(card_id="")
-                existing.card_id = ""
         area = (
             feedback_cards.feedback_area(existing.policy_snapshot or {}, existing.delivery_id, None)
             if existing.feedback_shown

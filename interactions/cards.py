@@ -96,7 +96,7 @@ def release_holds(hold: Hold) -> int:
 
 def send_card(
     bot,
-    card: dict[str, Any],
+    card: dict[str, Any] | None,
     *,
     receive_id: str,
     receive_id_type: str = "chat_id",
@@ -118,12 +118,14 @@ def send_card(
     that `card_id` and the entity is reused instead of created again. With the same `uuid`,
     Feishu answers a message it already has with that message, which shows that entity —
     so the recorded card is the one on screen, whichever step the first attempt died in.
+    With `card_id`, `card` is not sent again (the entity already holds it) and may be None.
 
     Raises `InvalidCard` (nothing sent) and `interactions.lark.client.LarkApiError`.
     """
     from interactions.lark.client import gateway_for
 
-    problems = validate_card(card)
+    reuse = entity and bool(card_id)
+    problems = [] if reuse else validate_card(card)  # a reused entity already holds its card
     if problems:
         raise InvalidCard(problems)
     gateway = gateway_for(bot)

@@ -103,19 +103,52 @@ def test_a_crash_before_the_message_reuses_the_entity_and_sends_it_once(feedback
     assert message["card_id"] == delivery.card_id
 
 
-def test_an_edited_card_in_the_resend_gets_its_own_entity(feedback_api, monkeypatch):
+@pytest.mark.parametrize(
+    "dies_in", ["register_card", "_mark_sent"], ids=["before-record", "after-register"]
+)
+def test_an_edited_card_in_the_resend_keeps_the_first_entity_that_feishu_shows(
+    feedback_api, monkeypatch, dies_in
+):
+    """The message went out with the first entity: Feishu's uuid dedupe answers a resend with
+    that message, so a new entity for the edited card would be recorded but never seen, and
+    once the first entity was registered a new one could not be registered to that message
+    at all (every later retry failed with card_conflict)."""
+    bot, stub = feedback_api.bot, feedback_api.stub
+    _crash_in(monkeypatch, cards if dies_in == "register_card" else deliveries, dies_in)
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    first = Delivery.objects.get()
+    (message,) = stub.messages
+    _age(first.delivery_id, deliveries.STALE_SEND * 2)
+    late = deliveries.deliver(bot, _request(card=answer_card("edited answer")))
+    assert late.resent and late.delivery.status == "sent"
+    assert (late.delivery.card_id, late.delivery.platform_message_id) == (first.card_id, message)
+    assert len(stub.calls_to("POST", CREATE)) == 1
+    assert stub.messages[message]["card_id"] == first.card_id
+
+
+def test_a_resend_goes_to_the_chat_the_delivery_was_made_for(feedback_api, monkeypatch):
     from interactions.lark import client
 
     bot, stub = feedback_api.bot, feedback_api.stub
     _crash_in(monkeypatch, client.LarkGateway, "send_card")
     with pytest.raises(KeyboardInterrupt):
         deliveries.deliver(bot, _request())
-    first_card = Delivery.objects.get().card_id
     _age(Delivery.objects.get().delivery_id, deliveries.STALE_SEND * 2)
-    late = deliveries.deliver(bot, _request(card=answer_card("edited answer")))
-    assert late.resent and late.delivery.status == "sent"
-    assert late.delivery.card_id != first_card
-    assert len(stub.calls_to("POST", CREATE)) == 2
+    late = deliveries.deliver(bot, _request(chat_id="oc_somewhere_else"))
+    assert late.resent
+    (message,) = stub.messages.values()
+    assert message["receive_id"] == "oc_group_chat"
+
+
+def test_the_dry_run_answers_a_repeated_uuid_with_the_same_message(make_bot):
+    from interactions.lark.dryrun import DryRunGateway
+
+    gateway = DryRunGateway(make_bot(app_id="cli_dry_uuid"))
+    first = gateway.send_card(receive_id="oc_x", card_id="dry_card_1", uuid="del_1")
+    again = gateway.send_card(receive_id="oc_x", card_id="dry_card_1", uuid="del_1")
+    other = gateway.send_card(receive_id="oc_x", card_id="dry_card_2", uuid="del_2")
+    assert first == again != other and first.startswith("om_dry_")
 
 
 def test_interrupted_sends_are_marked_send_failed_and_a_retry_then_sends(feedback_api, monkeypatch):
