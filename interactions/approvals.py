@@ -178,7 +178,7 @@ def create_interaction(
     if request_id:
         existing = Interaction.objects.for_request(bot, request_id).first()
         if existing is not None:
-            return _same_request(existing), False
+            return _same_request(existing, kind, chat_id, session_id, tool), False
     now = now or timezone.now()
     timeout = default_timeout() if timeout_seconds is None else int(timeout_seconds)
     timeout = max(MIN_TIMEOUT, min(MAX_TIMEOUT, timeout))
@@ -213,21 +213,38 @@ def create_interaction(
             ia.save()
     except IntegrityError:
         if request_id:  # a concurrent retry with the same request_id won
-            return _same_request(Interaction.objects.for_request(bot, request_id).get()), False
+            winner = Interaction.objects.for_request(bot, request_id).get()
+            return _same_request(winner, kind, chat_id, session_id, tool), False
         raise
     return ia, True
 
 
 class RequestIdTaken(ValueError):
-    """The `request_id` is an ask's `idempotency_key` of the same bot (one key space per bot:
-    the `interaction_request_id` unique index); nothing was written or sent."""
+    """The `request_id` names another request of the same bot (one key space per bot: the
+    `interaction_request_id` unique index): an ask's `idempotency_key` (`ask` True), or an
+    interaction of another kind, chat, session or tool. Nothing was written or sent."""
+
+    def __init__(self, request_id: str, *, ask: bool):
+        super().__init__(request_id)
+        self.ask = ask
 
 
-def _same_request(existing: Interaction) -> Interaction:
-    """The row a repeated `request_id` names, unless it is an ask (`RequestIdTaken`): an
-    approval request must never be answered with, or act on, someone's question."""
+def _same_request(
+    existing: Interaction, kind: str, chat_id: str, session_id: str, tool: str
+) -> Interaction:
+    """The row a repeated `request_id` names, when it is the same request: same kind, chat,
+    session and tool. Anything else raises `RequestIdTaken`: a caller asking about `rm -rf`
+    must never get the answer someone gave about `ls`, nor act on someone's question."""
     if existing.kind == Interaction.Kind.ASK:
-        raise RequestIdTaken(existing.request_id)
+        raise RequestIdTaken(existing.request_id, ask=True)
+    same = (existing.kind, existing.chat_id, existing.session_id, existing.tool) == (
+        kind,
+        chat_id,
+        session_id,
+        tool,
+    )
+    if not same:
+        raise RequestIdTaken(existing.request_id, ask=False)
     return existing
 
 
@@ -258,7 +275,31 @@ def send_to_chat(ia: Interaction) -> Interaction:
         raise SendFailed(
             outcome.interaction, code=exc.code, msg=exc.msg, log_id=exc.log_id
         ) from None
+    except ValueError:  # register_card: the message is registered to another entity
+        # a concurrent resend of the same uuid got there first (Feishu answered both with
+        # one message): the interaction is shown; return what that send recorded
+        log.warning("interaction %s: the card was already recorded by another send", ia.pk)
+        return Interaction.objects.select_related("card").get(pk=ia.pk)
     return attach_card(ia, entity)
+
+
+#: An interaction still pending without a card this long after it was created lost its
+#: first send (the creating process died): a retry of its request_id sends it. One send is at
+#: most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each.
+SEND_STALE = timedelta(minutes=2)
+
+
+def send_was_interrupted(ia: Interaction, now: datetime | None = None) -> bool:
+    """Whether `ia` is a pending interaction whose first card send never finished (see
+    SEND_STALE), so that a retry of its request should send it. Resending keeps the message
+    `uuid` (the interaction id), so Feishu answers with the first message if it went out."""
+    now = now or timezone.now()
+    return (
+        channels.capabilities(ia.channel).buttons
+        and not ia.card_id
+        and ia.status == S.PENDING
+        and ia.created_at < now - SEND_STALE
+    )
 
 
 def attach_card(ia: Interaction, entity: CardEntity) -> Interaction:

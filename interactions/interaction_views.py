@@ -316,16 +316,22 @@ class InteractionCreateView(APIView):
             data[key] = data.get(key) or ""
         try:
             ia, created = approvals.create_interaction(request.user.bot, **data)
-        except approvals.RequestIdTaken:
-            raise ApiError(
-                "request_id_taken",
-                {"request_id": [str(_("This request_id is already used by an ask."))]},
-                400,
-            ) from None
+        except approvals.RequestIdTaken as taken:
+            message = (
+                _("This request_id is already used by an ask.")
+                if taken.ask
+                else _(
+                    "This request_id is already used by another request (another kind, chat, "
+                    "session or tool)."
+                )
+            )
+            raise ApiError("request_id_taken", {"request_id": [str(message)]}, 400) from None
         try:
             # Only the request that created it sends: a retry (even one racing the first
-            # request's send) returns the row as it is, and Feishu gets one message.
-            ia = approvals.send_to_chat(ia) if created else ia
+            # request's send) returns the row as it is, and Feishu gets one message — unless
+            # that first send was interrupted (the creating process died).
+            if created or approvals.send_was_interrupted(ia):
+                ia = approvals.send_to_chat(ia)
         except approvals.SendFailed as exc:
             raise ApiError(
                 "send_failed",

@@ -113,6 +113,60 @@ def test_retry_with_the_same_request_id_returns_the_same_interaction_and_sends_o
     assert len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages")) == 1
 
 
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"tool": "rm"},
+        {"session_id": "sess_2"},
+        {"chat_id": "oc_other_chat"},
+        {"kind": "quick_reply", "actions": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]},
+    ],
+    ids=["tool", "session", "chat", "kind"],
+)
+def test_a_request_id_reused_for_another_request_is_400_not_the_first_answer(
+    api, lark_stub, changed
+):
+    """A caller asking about one tool must never get the answer given about another."""
+    first = create(api, request_id="req-shared")
+    assert first.status_code == 201
+    other = create(api, request_id="req-shared", **changed)
+    assert other.status_code == 400, other.content
+    assert other.json()["error"] == "request_id_taken"
+    assert Interaction.objects.count() == 1
+    assert len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages")) == 1
+
+
+def test_a_retry_sends_an_interaction_whose_first_send_was_interrupted(api, lark_stub, lark_bot):
+    from interactions import approvals
+
+    # the creating request died between recording the interaction and sending it
+    row, _ = approvals.create_interaction(
+        lark_bot,
+        kind="approval",
+        channel="feishu",
+        chat_id=CHAT,
+        requester_open_id=REQUESTER,
+        session_id="sess_1",
+        title="Run a shell command?",
+        body="rm -rf build/",
+        tool="bash",
+        request_id="req-crash",
+    )
+    early = create(api, request_id="req-crash")
+    assert early.status_code == 200 and early.json()["interaction"]["platform_message_id"] == ""
+    assert lark_stub.calls_to("POST", "/open-apis/im/v1/messages") == []
+    Interaction.objects.filter(pk=row.pk).update(
+        created_at=row.created_at - approvals.SEND_STALE - timedelta(seconds=1)
+    )
+    late = create(api, request_id="req-crash")
+    assert late.status_code == 200
+    assert late.json()["interaction"]["platform_message_id"]
+    assert len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages")) == 1
+    again = create(api, request_id="req-crash")
+    assert again.json()["interaction"] == late.json()["interaction"]
+    assert len(lark_stub.calls_to("POST", "/open-apis/im/v1/messages")) == 1
+
+
 def test_timeout_override_within_bounds_sets_the_expiry(api, lark_stub):
     ia = create(api, timeout_seconds=30).json()["interaction"]
     row = Interaction.objects.get(public_id=ia["id"])
