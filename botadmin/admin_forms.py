@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin import policy as pol
 from botadmin.models import Bot, BotApiKey, ChatPolicy, Team
+from botadmin.parsers import contains_unstorable
 
 BUTTON_ROWS = pol.BUTTONS_MAX
 REASON_ROWS = pol.REASONS_MAX
@@ -53,17 +54,26 @@ class LayerJSONField(forms.JSONField):
 
     def to_python(self, value):
         try:
-            return super().to_python(value)
+            parsed = super().to_python(value)
         except RecursionError:  # absurdly deep JSON: a field error, not a 500
             raise forms.ValidationError(gettext("JSON is nested too deeply."), code="invalid")
         except ValueError:  # not JSONDecodeError: a number of more than 4300 digits
             raise forms.ValidationError(gettext("Enter a valid JSON."), code="invalid")
+        if contains_unstorable(parsed):  # "\u0000" or a lone "\ud800" escape in the text
+            raise forms.ValidationError(
+                gettext("JSON strings must not contain NUL or lone surrogate characters."),
+                code="invalid",
+            )
+        return parsed
 
     def bound_data(self, data, initial):
         try:
-            return super().bound_data(data, initial)
+            parsed = super().bound_data(data, initial)
         except (RecursionError, ValueError):
             return forms.fields.InvalidJSONInput(data)
+        if contains_unstorable(parsed):  # re-shown as typed: UTF-8 cannot hold it decoded
+            return forms.fields.InvalidJSONInput(data)
+        return parsed
 
     def prepare_value(self, value):
         if isinstance(value, forms.fields.InvalidJSONInput):

@@ -176,10 +176,29 @@ def _format(path: str, message: str) -> str:
     return f"{path}: {message}" if path else message
 
 
+#: Letters that render as nothing (Hangul fillers, the blank Braille pattern).
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+#: Bidirectional embeddings, overrides and isolates: they reorder the text around them.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _visible(text: str) -> bool:
-    """Whether `text` has a character a person can see (not white space, not a format
-    character such as the zero-width space U+200B)."""
-    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+    """Whether `text` has a character a person can see: not white space, not a format or
+    combining character alone (U+200B, U+0301), not a blank letter (U+3164, U+2800)."""
+    return any(
+        not c.isspace()
+        and c not in _BLANK_LETTERS
+        and unicodedata.category(c) not in ("Cf", "Mn", "Me", "Zl", "Zp")
+        for c in text
+    )
+
+
+def _has_control(text: str) -> bool:
+    """Control characters (C0/C1, NUL), lone surrogates, line/paragraph separators and
+    bidirectional controls: nothing a one-line label on a card should carry."""
+    return any(
+        unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or c in _BIDI_CONTROLS for c in text
+    )
 
 
 def _join(path: str, name: str) -> str:
@@ -226,15 +245,15 @@ class _Checker:
 
     def text(self, value: Any, path: str, max_len: int) -> None:
         """A label or placeholder shown on cards: 1–`max_len` characters, something visible
-        (not only spaces or zero-width characters such as U+200B), and no control
-        characters (NUL, newlines, escapes: PostgreSQL's jsonb cannot store NUL, and a
-        card shows none of them) nor lone surrogates."""
+        (`_visible`: not only spaces, zero-width or blank characters) and no control
+        characters (`_has_control`: NUL, newlines, escapes, bidi overrides; PostgreSQL's
+        jsonb cannot store NUL, and a card shows none of them) nor lone surrogates."""
         if not isinstance(value, str) or not (1 <= len(value) <= max_len) or not _visible(value):
             self.add(
                 path,
                 _("must be a non-blank string of 1 to %(max)d characters") % {"max": max_len},
             )
-        elif any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+        elif _has_control(value):
             self.add(path, _("must not contain control characters"))
 
     def key(self, value: Any, path: str, seen: set[str]) -> None:

@@ -311,6 +311,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("CARDLOOP_LOG_LEVEL", default="INFO")},
     "loggers": {
+        # Django's default config gives "django" a console handler of its own while DEBUG is
+        # on, so every django.* line was printed twice (there and by the root handler)
+        "django": {"handlers": [], "propagate": True},
         "django.request": {"level": "ERROR"},
         # one line a refused Host (it names the host), not a traceback
         "django.security.DisallowedHost": {"filters": ["one_line"]},

@@ -177,8 +177,12 @@ def test_editing_both_the_fields_and_the_json_is_refused(staff, bot):
         "{not json",
         # json.loads raises a plain ValueError (not JSONDecodeError) past 4300 digits
         '{"negative_followup": {"comment": {"max_length": ' + "9" * 5000 + "}}}",
+        # escapes JSON allows but UTF-8 (the page) and PostgreSQL (jsonb) cannot hold
+        '{"\\ud800": 1}',
+        '{"buttons": [{"key": "a", "semantic": "positive", "label": "\\udc00"}]}',
+        '{"allow_reselect": true, "x": "\\u0000"}',
     ],
-    ids=["syntax", "huge-number"],
+    ids=["syntax", "huge-number", "surrogate-key", "surrogate-label", "nul"],
 )
 def test_unparseable_json_is_a_field_error(staff, bot, text):
     data = get_form(staff, change_url(bot))

@@ -227,3 +227,13 @@ def test_a_valid_surrogate_pair_is_one_character_and_accepted(bot_client):
     assert "\\ud83d\\ude00" in body  # sent as an escaped pair
     response = bot_client.post("/api/v1/deliveries", data=body, content_type="application/json")
     assert response.status_code == 201, response.content
+
+
+def test_django_log_lines_go_through_the_root_handler_only():
+    """With DEBUG on, Django's default config added a console handler to the "django" logger
+    beside the root one: a refused Host (and every django.* line) was printed twice."""
+    import logging
+
+    assert logging.getLogger("django").handlers == []
+    assert logging.getLogger("django.security.DisallowedHost").handlers == []
+    assert logging.getLogger().handlers

@@ -230,7 +230,20 @@ def test_button_label_of_1_to_24_characters_is_accepted(label):
 
 
 @pytest.mark.parametrize(
-    "label", ["", "y" * 25, "结" * 25, "   ", 5, None, "\u200b", " \u200b\u2060 "]
+    "label",
+    [
+        "",
+        "y" * 25,
+        "结" * 25,
+        "   ",
+        5,
+        None,
+        "\u200b",
+        " \u200b\u2060 ",
+        "\u3164",
+        "\u2800",
+        "\u0301",
+    ],
 )
 def test_button_label_outside_1_to_24_characters_is_refused(label):
     layer = with_buttons([{**button("a"), "label": label}, THREE[1], THREE[2]])
@@ -239,7 +252,10 @@ def test_button_label_outside_1_to_24_characters_is_refused(label):
     )
 
 
-@pytest.mark.parametrize("label", ["a\x00b", "two\nlines", "tab\there", "esc\x1b[31m", "x\ud800"])
+@pytest.mark.parametrize(
+    "label",
+    ["a\x00b", "two\nlines", "tab\there", "esc\x1b[31m", "x\ud800", "a\u2028b", "ok\u202egnp.exe"],
+)
 def test_a_label_with_a_control_character_is_refused(label):
     # PostgreSQL's jsonb cannot store NUL, and a card shows none of these
     layer = with_buttons([{**button("a"), "label": label}, THREE[1], THREE[2]])

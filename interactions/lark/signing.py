@@ -63,11 +63,13 @@ def seal(
     headers are added whenever there is an encrypt key (Feishu signs plain bodies too), except
     for `url_verification`, which Feishu sends without them.
     """
-    raw = (
-        payload
-        if isinstance(payload, bytes)
-        else json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    )
+    if isinstance(payload, bytes):
+        raw = payload
+    else:
+        try:
+            raw = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a test of refusing one): \udXXX escape
+            raw = json.dumps(payload).encode("ascii")
     body = raw
     if encrypt_key and encrypt_body:
         body = json.dumps({"encrypt": encrypt(raw, encrypt_key)}).encode("utf-8")

@@ -66,6 +66,17 @@ def test_replayed_feedback_click_reaches_the_handler_with_the_set_value(
     assert action.operator_open_id == "ou_requester"
 
 
+def test_a_replayed_lone_surrogate_is_sent_as_an_escape_and_refused_with_a_toast(
+    replay, register_card_handler
+):
+    # the way to check the server's refusal by hand; the replay raised UnicodeEncodeError
+    runs = []
+    register_card_handler("feedback", runs.append)
+    output = replay("card_action_feedback_click", "--set", "event.action.value.delivery=x\ud800")
+    assert _answer(output)["toast"]["type"] == "warning"
+    assert runs == []
+
+
 def test_each_replay_gets_a_fresh_event_id_unless_one_is_set(replay, register_card_handler):
     runs = []
     register_card_handler("feedback", runs.append)
