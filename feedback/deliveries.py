@@ -385,6 +385,13 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
     elif not request.registers:
         _mark_failed(existing, "invalid_card")
         raise InvalidDelivery({"card": [str(_("This field is required."))]})
+    elif existing.feedback_shown:
+        # a registration without `card`: no feedback area can be written, as on a first
+        # request (`no_card`), whatever the first attempt carried
+        Delivery.objects.filter(pk=existing.pk).update(
+            feedback_shown=False, feedback_reason="no_card"
+        )
+        existing.feedback_shown, existing.feedback_reason = False, "no_card"
     _send(existing, request, composed)
     return Delivered(existing, created=False, resent=True)
 

@@ -473,3 +473,22 @@ def test_a_card_that_only_the_feedback_area_pushes_over_the_size_limit_says_so(f
         HTTP_ACCEPT_LANGUAGE="en",
     )
     assert en.json()["detail"]["card"][0].startswith("With Cardloop's feedback area added: $: ")
+
+
+def test_a_retried_registration_without_a_card_says_no_feedback_area_was_shown(feedback_api):
+    stub = feedback_api.stub
+    taken = stub.add_card(answer_card(), app_id=feedback_api.bot.app_id)
+    assert feedback_api.deliver(platform_message_id="om_t", card_id=taken).status_code == 201
+    refused = feedback_api.deliver(
+        session_id="s-2r", turn_id="t-2r", platform_message_id="om_t", card_id=taken
+    )
+    assert refused.status_code == 400  # message_taken: send_failed, with feedback_shown
+    fresh = stub.add_card(answer_card(), app_id=feedback_api.bot.app_id)
+    retry = feedback_api.deliver(
+        session_id="s-2r", turn_id="t-2r", platform_message_id="om_new", card_id=fresh, card=None
+    )
+    assert retry.status_code == 200, retry.content
+    body = retry.json()
+    assert body["status"] == "sent"
+    assert (body["feedback_shown"], body["feedback_reason"]) == (False, "no_card")
+    assert stub.cards[fresh].sequences == []  # nothing written to the backend's card
