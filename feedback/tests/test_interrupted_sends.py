@@ -51,6 +51,17 @@ def _crash_in(monkeypatch, module, name):
     monkeypatch.setattr(module, name, dying)
 
 
+def _died_before_the_message(bot, monkeypatch) -> Delivery:
+    """Deliver `_request()` with the process dying as the message is sent: the delivery stays
+    `pending` with its CardKit entity recorded."""
+    from interactions.lark import client
+
+    _crash_in(monkeypatch, client.LarkGateway, "send_card")
+    with pytest.raises(KeyboardInterrupt):
+        deliveries.deliver(bot, _request())
+    return Delivery.objects.get()
+
+
 def _age(delivery_id: str, by) -> None:
     Delivery.objects.filter(delivery_id=delivery_id).update(updated_at=timezone.now() - by)
 
@@ -86,12 +97,8 @@ def test_a_crash_after_feishu_took_the_message_is_resent_as_the_same_message_and
 
 
 def test_a_crash_before_the_message_reuses_the_entity_and_sends_it_once(feedback_api, monkeypatch):
-    from interactions.lark import client
-
     bot, stub = feedback_api.bot, feedback_api.stub
-    _crash_in(monkeypatch, client.LarkGateway, "send_card")
-    with pytest.raises(KeyboardInterrupt):
-        deliveries.deliver(bot, _request())
+    _died_before_the_message(bot, monkeypatch)
     delivery = Delivery.objects.get()
     assert delivery.card_id and stub.messages == {}
     _age(delivery.delivery_id, deliveries.STALE_SEND * 2)
@@ -128,12 +135,8 @@ def test_an_edited_card_in_the_resend_keeps_the_first_entity_that_feishu_shows(
 
 
 def test_a_resend_goes_to_the_chat_the_delivery_was_made_for(feedback_api, monkeypatch):
-    from interactions.lark import client
-
     bot, stub = feedback_api.bot, feedback_api.stub
-    _crash_in(monkeypatch, client.LarkGateway, "send_card")
-    with pytest.raises(KeyboardInterrupt):
-        deliveries.deliver(bot, _request())
+    _died_before_the_message(bot, monkeypatch)
     _age(Delivery.objects.get().delivery_id, deliveries.STALE_SEND * 2)
     late = deliveries.deliver(bot, _request(chat_id="oc_somewhere_else"))
     assert late.resent
@@ -152,13 +155,8 @@ def test_the_dry_run_answers_a_repeated_uuid_with_the_same_message(make_bot):
 
 
 def test_interrupted_sends_are_marked_send_failed_and_a_retry_then_sends(feedback_api, monkeypatch):
-    from interactions.lark import client
-
     bot = feedback_api.bot
-    _crash_in(monkeypatch, client.LarkGateway, "send_card")
-    with pytest.raises(KeyboardInterrupt):
-        deliveries.deliver(bot, _request())
-    stuck = Delivery.objects.get()
+    stuck = _died_before_the_message(bot, monkeypatch)
     fresh = Delivery.objects.create(
         delivery_id="del_fresh", bot=bot, session_id="s-f", turn_id="t-f", status="pending"
     )
@@ -174,12 +172,8 @@ def test_interrupted_sends_are_marked_send_failed_and_a_retry_then_sends(feedbac
 
 
 def test_racing_retries_of_an_interrupted_send_send_it_once(feedback_api, monkeypatch):
-    from interactions.lark import client
-
     bot, stub = feedback_api.bot, feedback_api.stub
-    _crash_in(monkeypatch, client.LarkGateway, "send_card")
-    with pytest.raises(KeyboardInterrupt):
-        deliveries.deliver(bot, _request())
+    _died_before_the_message(bot, monkeypatch)
     _age(Delivery.objects.get().delivery_id, deliveries.STALE_SEND * 2)
     # the first claim moves updated_at; the second, with the same stale row in hand, loses
     stale_row = Delivery.objects.get()
