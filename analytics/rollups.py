@@ -70,10 +70,9 @@ def mismatches(limit: int = 10) -> list[dict]:
     out = []
     zero = {"team_id": None, "positive": 0, "progress": 0, "negative": 0}
     for delivery_id in sorted(set(fresh) | set(stored)):
-        want = fresh.get(delivery_id, zero)
         have = stored.get(delivery_id, zero)
-        if delivery_id not in fresh:  # no rating left: only all-zero counts are right
-            want = {**zero, "team_id": have["team_id"]}
+        # no rating left: only all-zero counts are right, whatever team the row copied
+        want = fresh.get(delivery_id, {**zero, "team_id": have["team_id"]})
         if any(want[k] != have[k] for k in ("team_id", "positive", "progress", "negative")):
             out.append({"delivery_id": delivery_id, "stored": have, "fresh": want})
             if len(out) >= limit:

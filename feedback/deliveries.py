@@ -43,7 +43,6 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -77,9 +76,8 @@ METADATA_FIELDS: tuple[str, ...] = (
 )
 REASON_NOT_FINAL = "not_final"
 
-#: A delivery still `pending` this long after its last send began was interrupted: one send is
-#: at most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each.
-STALE_SEND = timedelta(minutes=2)
+#: A delivery still `pending` this long after its last send began was interrupted.
+STALE_SEND = cards.SEND_STALE
 ERROR_SEND_INTERRUPTED = "send_interrupted"
 
 

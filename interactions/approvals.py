@@ -284,9 +284,8 @@ def send_to_chat(ia: Interaction) -> Interaction:
 
 
 #: An interaction still pending without a card this long after it was created lost its
-#: first send (the creating process died): a retry of its request_id sends it. One send is at
-#: most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each.
-SEND_STALE = timedelta(minutes=2)
+#: first send (the creating process died): a retry of its request_id sends it.
+SEND_STALE = cards.SEND_STALE
 
 
 def send_was_interrupted(ia: Interaction, now: datetime | None = None) -> bool:

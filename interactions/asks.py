@@ -254,7 +254,8 @@ def clean_answers(questions: list[dict[str, Any]], answers: Any) -> list[dict[st
     customInput}]` (seed rules: single-select: text wins and clears the labels; multi-select
     keeps labels, in option order, and text). Answers are matched to questions by position;
     an answer that names its `question` (the panel echoes it; absent or "" names none) must
-    name the question at its position, so a client that reordered them is refused instead of answering the wrong one.
+    name the question at its position, so a client that reordered them is refused instead of
+    answering the wrong one.
     Raises `AnswerError("invalid")` for a wrong shape or count, a `question` that is not the
     one at that position, an unknown label, several labels on a single-select or text over
     MAX_CUSTOM_INPUT; `AnswerError("empty_answer")` when a question has neither."""

@@ -94,6 +94,12 @@ def release_holds(hold: Hold) -> int:
         return cursor.rowcount
 
 
+#: A send still unfinished this long after it began was interrupted (its process died): one
+#: send is at most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each, so a
+#: retry may then send again (deliveries, interactions) with the same message `uuid`.
+SEND_STALE = timedelta(minutes=2)
+
+
 def send_card(
     bot,
     card: dict[str, Any] | None,

@@ -295,9 +295,10 @@ class InteractionCreateView(APIView):
             "its channel. Feishu: Cardloop sends the card to chat_id (rendered=card). Other "
             "channels: the text fallback is returned for the backend to send (rendered=text). "
             "201 when created, 200 for a repeated request_id (returned as it is; nothing is "
-            "sent again); 400 `request_id_taken` when the request_id is an ask's "
-            "idempotency_key. A failed Feishu send answers 502 `send_failed` and the "
-            "interaction is recorded as cancelled."
+            "sent again unless the first send was interrupted: no card 2 minutes on); 400 "
+            "`request_id_taken` when the request_id is an ask's idempotency_key or another "
+            "request's (another kind, chat, session or tool). A failed Feishu send answers 502 "
+            "`send_failed` and the interaction is recorded as cancelled."
         ),
     )
     def post(self, request):
