@@ -40,7 +40,7 @@ def make_bot(db):
     """Factory: `make_bot(app_id="cli_x", app_secret="s", encrypt_key="ek",
     verification_token="vt", **fields)` → Bot with its secrets written to the secret store."""
     from botadmin.models import Bot
-    from botadmin.secretstore import write_secret
+    from plumbing.secretstore import write_secret
 
     def make(app_id="cli_test_app", name=None, **fields):
         secrets = {k: fields.pop(k) for k in list(fields) if k in Bot.SECRET_FIELDS}

@@ -38,8 +38,8 @@ from analytics.serializers import (
     SummarySerializer,
     TrendSerializer,
 )
-from botadmin.api import ApiError
 from feedback.models import Delivery
+from plumbing.api import ApiError
 
 
 def filter_parameters() -> list[OpenApiParameter]:

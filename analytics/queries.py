@@ -52,7 +52,7 @@ from analytics.filters import AnalyticsQuery
 from analytics.models import DeliveryRatingCounts
 from botadmin.models import Bot
 from feedback.models import Delivery, LatestFeedback, OutboxItem, Semantic
-from interactions.workqueue import WorkStatus
+from plumbing.workqueue import WorkStatus
 
 #: Statuses counted as "deliveries that failed" (issue 5).
 FAILED_STATUSES = (Delivery.Status.SEND_FAILED, Delivery.Status.FAILED)

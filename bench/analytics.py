@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botadmin.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cardloop.settings")
 os.environ.setdefault("DJANGO_DEBUG", "true")
 
 import django  # noqa: E402

@@ -6,7 +6,7 @@ running Daphne, at several concurrency levels, next to a trivial JSON view on th
         .venv/bin/python bench/callback_load.py [--requests 300] [--levels 1 8 32]
 
 What is measured:
-- `--processes N` Daphne processes (default 1; `botadmin.webserver` on `botadmin.asgi:application`,
+- `--processes N` Daphne processes (default 1; `cardloop.webserver` on `cardloop.asgi:application`,
   each on its own SO_REUSEPORT socket of one ephemeral port on 127.0.0.1, as
   `manage.py serve --web-processes N` runs them), DEBUG off, log level WARNING, no workers;
 - clicks: every request is a different final-answer delivery (created beforehand through
@@ -60,7 +60,7 @@ WARM_UP_CLICKS = 100
 
 def configure(tmp: str) -> dict[str, str]:
     env = {
-        "DJANGO_SETTINGS_MODULE": "botadmin.settings",
+        "DJANGO_SETTINGS_MODULE": "cardloop.settings",
         "DJANGO_DEBUG": "false",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -370,10 +370,10 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "botadmin.webserver",
+                "cardloop.webserver",
                 "--fd",
                 str(listener.fileno()),
-                "botadmin.asgi:application",
+                "cardloop.asgi:application",
             ],
             cwd=ROOT,
             env=server_env,

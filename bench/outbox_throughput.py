@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 def configure(secret_dir: str, ca_file: str) -> dict[str, str]:
     env = {
-        "DJANGO_SETTINGS_MODULE": "botadmin.settings",
+        "DJANGO_SETTINGS_MODULE": "cardloop.settings",
         "DJANGO_DEBUG": "false",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "CARDLOOP_SECRET_DIR": secret_dir,

@@ -67,7 +67,7 @@ QUESTIONS = [
 
 def configure(secret_dir: str) -> dict[str, str]:
     env = {
-        "DJANGO_SETTINGS_MODULE": "botadmin.settings",
+        "DJANGO_SETTINGS_MODULE": "cardloop.settings",
         "DJANGO_DEBUG": "false",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
@@ -92,8 +92,8 @@ def prepare(users: int) -> dict:
     call_command("migrate", verbosity=0)
     from botadmin import services
     from botadmin.models import Bot, BotApiKey
-    from botadmin.secretstore import write_secret
     from interactions.models import Interaction, PanelPresence
+    from plumbing.secretstore import write_secret
 
     bot = Bot.objects.filter(app_id=APP_ID).first() or Bot.objects.create(
         app_id=APP_ID, name="Panel bench"
@@ -122,7 +122,7 @@ def start_daphne(env: dict, log_path: Path) -> tuple[subprocess.Popen, str]:
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "botadmin.asgi:application"],
+        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "cardloop.asgi:application"],
         env=env,
         pass_fds=[sock.fileno()],
         stdout=log,

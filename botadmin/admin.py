@@ -40,6 +40,7 @@ from botadmin.models import (
     TeamMembership,
 )
 from botadmin.policy import resolve
+from plumbing.admin import two_way_filter
 
 
 class ServiceSavedInlinesMixin:
@@ -150,20 +151,12 @@ class TeamAdmin(ServiceSavedInlinesMixin, admin.ModelAdmin):
 # ---------------------------------------------------------------------------------------------
 
 
-class CredentialsFilter(admin.SimpleListFilter):
-    title = _("credentials")
-    parameter_name = "credentials"
-
-    def lookups(self, request, model_admin):
-        return [("yes", _("app secret set")), ("no", _("no app secret (dry run)"))]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.with_credentials()
-        if self.value() == "no":
-            return queryset.filter(app_secret_ref="")
-        return queryset
-
+CredentialsFilter = two_way_filter(
+    _("credentials"),
+    "credentials",
+    ("yes", _("app secret set"), lambda qs: qs.with_credentials()),
+    ("no", _("no app secret (dry run)"), lambda qs: qs.filter(app_secret_ref="")),
+)
 
 @admin.register(Bot)
 class BotAdmin(admin.ModelAdmin):
@@ -447,22 +440,13 @@ class ChatPolicyAdmin(admin.ModelAdmin):
 # ---------------------------------------------------------------------------------------------
 
 
-class TokenStatusFilter(admin.SimpleListFilter):
-    """Active / revoked, for every kind of `HashedToken`."""
-
-    title = _("status")
-    parameter_name = "status"
-
-    def lookups(self, request, model_admin):
-        return [("active", _("active")), ("revoked", _("revoked"))]
-
-    def queryset(self, request, queryset):
-        if self.value() == "active":
-            return queryset.filter(revoked_at__isnull=True)
-        if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
-        return queryset
-
+#: Active / revoked, for every kind of `HashedToken`.
+TokenStatusFilter = two_way_filter(
+    _("status"),
+    "status",
+    ("active", _("active"), lambda qs: qs.filter(revoked_at__isnull=True)),
+    ("revoked", _("revoked"), lambda qs: qs.filter(revoked_at__isnull=False)),
+)
 
 class HashedTokenAdmin(admin.ModelAdmin):
     """Admin of one kind of `HashedToken` (bot API keys here, desktop tokens in interactions).

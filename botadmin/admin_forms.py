@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin import policy as pol
 from botadmin.models import Bot, BotApiKey, ChatPolicy, Team
-from botadmin.parsers import contains_unstorable
+from plumbing.parsers import contains_unstorable
 
 BUTTON_ROWS = pol.BUTTONS_MAX
 REASON_ROWS = pol.REASONS_MAX

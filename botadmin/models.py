@@ -3,7 +3,7 @@
 Policy layers are stored *partial* (only the keys a layer sets) in JSON columns; their schema
 and the resolver live in `botadmin.policy` (pure functions). Secrets never live in a column:
 each `*_secret_ref` / `secret_ref` names a file under `CARDLOOP_SECRET_DIR` written by
-`botadmin.secretstore`.
+`plumbing.secretstore`.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class Bot(models.Model):
 
     def secret(self, name: str) -> str:
         """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
-        from botadmin.secretstore import read_secret
+        from plumbing.secretstore import read_secret
 
         return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
 

@@ -32,7 +32,7 @@ from botadmin.models import (
     TeamMembership,
 )
 from botadmin.policy import PolicyError, Resolution, resolve, validate_layer
-from botadmin.secretstore import delete_secret, write_secret
+from plumbing.secretstore import delete_secret, write_secret
 
 #: Plain fields whose changes are audited, per model (policy layers have their own actions).
 _TEAM_FIELDS = ("name", "description")

@@ -27,7 +27,8 @@ from botadmin.models import WebhookDestination
 from feedback import destinations, outbox, webhooks
 from feedback.events import FEED_TYPES
 from feedback.models import Delivery, Event, OutboxItem, Revision, WebhookAttempt, WorkerTerminal
-from interactions.workqueue import WorkStatus
+from plumbing.admin import ReadOnlyAdmin
+from plumbing.workqueue import WorkStatus
 
 # ---------------------------------------------------------------------------------------------
 # Destinations
@@ -320,19 +321,6 @@ class WebhookDestinationAdmin(admin.ModelAdmin):
 # ---------------------------------------------------------------------------------------------
 # Read-only views: outbox, attempts, events, terminals
 # ---------------------------------------------------------------------------------------------
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by services; staff look, they do not edit."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(OutboxItem)

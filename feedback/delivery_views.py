@@ -10,11 +10,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from botadmin.api import ApiError
 from botadmin.auth import IsBot
 from feedback import deliveries
 from feedback.models import Delivery
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
+from plumbing.api import ApiError
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024

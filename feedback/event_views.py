@@ -16,10 +16,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from botadmin.api import ApiError
 from botadmin.auth import BotPrincipal, IsBot, IsBotOrStaff
 from feedback import events, terminals
 from feedback.models import WorkerTerminal
+from plumbing.api import ApiError
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024

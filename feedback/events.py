@@ -32,8 +32,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, Max, Value, When
 from django.utils import timezone
 
-from botadmin.db.rows import insert_row
 from feedback.models import Event
+from plumbing.db.rows import insert_row
 
 #: Private data keys accepted by `emit(private=…)` → the `WebhookDestination` flag that opts a
 #: destination in. Private values never reach `Event.body` or the feed.

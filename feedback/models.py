@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, Chat, Team, WebhookDestination
-from interactions.workqueue import WorkItem
+from plumbing.workqueue import WorkItem
 
 
 class Semantic(models.TextChoices):

@@ -12,7 +12,7 @@ Writing (inside the fact's transaction, from `feedback.events.emit`):
   the stored bytes.
 
 Delivering (`OutboxWorker`, run by `manage.py outbox_worker`, safe in N copies):
-- rows are claimed through `interactions.workqueue` (SKIP LOCKED on PostgreSQL, immediate
+- rows are claimed through `plumbing.workqueue` (SKIP LOCKED on PostgreSQL, immediate
   transactions on SQLite) with a claim token, only for enabled destinations; results are settled
   only with that token (a worker whose claim was recovered changes nothing);
 - attempts run concurrently on the sender's threads; results are settled in small
@@ -49,7 +49,7 @@ from feedback import destinations as destinations_service
 from feedback import webhooks
 from feedback.models import Event, OutboxItem, WebhookAttempt
 from feedback.webhooks import AttemptResult, Outcome, WebhookRequest
-from interactions.workqueue import (
+from plumbing.workqueue import (
     WorkStatus,
     claim_due,
     recover_stale,
@@ -204,7 +204,7 @@ class _InFlight:
 
 class OutboxWorker:
     """Claims due outbox rows and delivers them, keeping up to `concurrency` attempts in
-    flight. Drive it with `tick()` (from `interactions.workqueue.WorkerLoop`), then `drain()`
+    flight. Drive it with `tick()` (from `plumbing.workqueue.WorkerLoop`), then `drain()`
     and `close()`; or `run_until_idle()` in tests and tools.
 
     Injectable for tests: `now()` (scheduling clock: due times, claims, backoff, secret grace;

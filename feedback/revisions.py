@@ -49,11 +49,11 @@ from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.db.rows import insert_row, quoted_table
 from feedback import cards as feedback_cards
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
 from interactions import cards, registry
+from plumbing.db.rows import insert_row, quoted_table
 
 log = logging.getLogger(__name__)
 

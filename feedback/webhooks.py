@@ -48,7 +48,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from botadmin.parsers import ascii_int
+from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
 

@@ -18,19 +18,7 @@ from django.utils.translation import ngettext
 
 from interactions import approvals
 from interactions.models import ApprovalRule, Ask, Interaction, ProgressSession
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Listing and detail pages only: no add, change or delete."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from plumbing.admin import ReadOnlyAdmin, two_way_filter
 
 
 @admin.register(Interaction)
@@ -103,20 +91,12 @@ def _pre(value):
     return format_html("<pre>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))
 
 
-class RuleStateFilter(admin.SimpleListFilter):
-    title = _("state")
-    parameter_name = "state"
-
-    def lookups(self, request, model_admin):
-        return (("active", _("active")), ("revoked", _("revoked")))
-
-    def queryset(self, request, queryset):
-        if self.value() == "active":
-            return queryset.active()
-        if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
-        return queryset
-
+RuleStateFilter = two_way_filter(
+    _("state"),
+    "state",
+    ("active", _("active"), lambda qs: qs.active()),
+    ("revoked", _("revoked"), lambda qs: qs.filter(revoked_at__isnull=False)),
+)
 
 @admin.register(ApprovalRule)
 class ApprovalRuleAdmin(ReadOnlyAdmin):
@@ -168,20 +148,12 @@ class ApprovalRuleAdmin(ReadOnlyAdmin):
         )
 
 
-class AskStateFilter(admin.SimpleListFilter):
-    title = _("shown on")
-    parameter_name = "surface"
-
-    def lookups(self, request, model_admin):
-        return (("card", _("progress card")), ("panel_only", _("panel only")))
-
-    def queryset(self, request, queryset):
-        if self.value() == "card":
-            return queryset.filter(card__isnull=False)
-        if self.value() == "panel_only":
-            return queryset.filter(card__isnull=True)
-        return queryset
-
+AskStateFilter = two_way_filter(
+    _("shown on"),
+    "surface",
+    ("card", _("progress card"), lambda qs: qs.filter(card__isnull=False)),
+    ("panel_only", _("panel only"), lambda qs: qs.filter(card__isnull=True)),
+)
 
 @admin.register(Ask)
 class AskAdmin(ReadOnlyAdmin):
@@ -247,20 +219,12 @@ class AskAdmin(ReadOnlyAdmin):
         return _pre(_without_answers(obj)) if obj.resolution else "—"
 
 
-class CancelRequestedFilter(admin.SimpleListFilter):
-    title = _("cancel requested")
-    parameter_name = "cancel"
-
-    def lookups(self, request, model_admin):
-        return (("yes", _("yes")), ("no", _("no")))
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.filter(cancel_requested_at__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(cancel_requested_at__isnull=True)
-        return queryset
-
+CancelRequestedFilter = two_way_filter(
+    _("cancel requested"),
+    "cancel",
+    ("yes", _("yes"), lambda qs: qs.filter(cancel_requested_at__isnull=False)),
+    ("no", _("no"), lambda qs: qs.filter(cancel_requested_at__isnull=True)),
+)
 
 @admin.register(ProgressSession)
 class ProgressSessionAdmin(ReadOnlyAdmin):

@@ -46,11 +46,11 @@ from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from botadmin.parsers import ascii_int
 from botadmin.services import effective_policy_for
 from interactions import cards, channels, events, interaction_cards
 from interactions.interaction_cards import ALWAYS, APPROVE, DENY, SUBMIT
 from interactions.models import ApprovalRule, CardEntity, Interaction
+from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
 

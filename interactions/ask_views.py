@@ -22,12 +22,12 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from botadmin.api import ApiError
-from botadmin.asyncapi import AsyncAPIView
 from botadmin.auth import IsBot
 from interactions import asks, channels
 from interactions.interaction_views import MAX_WAIT, wait_for_final
 from interactions.models import ProgressSession
+from plumbing.api import ApiError
+from plumbing.asyncapi import AsyncAPIView
 
 #: The answer of an ask nobody can see (seed design: the hook returns it to the agent as is).
 NO_CHANNEL_ERROR = "当前通道无法向用户提问"

@@ -49,9 +49,9 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from botadmin.parsers import ascii_int
 from interactions import approvals, cards, panels, progress_cards
 from interactions.models import Ask, CardEntity, Interaction, ProgressSession
+from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
 

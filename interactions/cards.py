@@ -6,7 +6,7 @@
     register_renderer("progress", fn)          # fn(CardEntity) -> card dict | None
     enqueue_render(entity, "progress", version=state_version)           # rendered at apply time
 
-Updates are rows of the durable queue `CardUpdate` (built on `interactions.workqueue`), applied
+Updates are rows of the durable queue `CardUpdate` (built on `plumbing.workqueue`), applied
 by `manage.py card_worker` (`interactions.cardworker`): coalesced per card, strictly increasing
 CardKit `sequence`, ≤ 5 updates per second per message, retried with backoff.
 
@@ -33,10 +33,10 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from botadmin.db.rows import insert_row, quoted_table
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
 from interactions.models import CardEntity, CardUpdate
-from interactions.workqueue import WorkStatus
+from plumbing.db.rows import insert_row, quoted_table
+from plumbing.workqueue import WorkStatus
 
 log = logging.getLogger(__name__)
 

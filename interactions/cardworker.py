@@ -7,7 +7,7 @@ card are spaced `MESSAGE_INTERVAL` apart (Feishu: 5 QPS per message). Rate limit
 429/5xx and network errors are retried with exponential backoff up to `MAX_ATTEMPTS`
 (then `dead`), never sooner than a `Retry-After` the server sent (capped at 5 min); other
 Feishu errors are permanent (`failed`, with code, message and log_id).
-Claiming, fencing and stale recovery come from `interactions.workqueue`; a retried or recovered
+Claiming, fencing and stale recovery come from `plumbing.workqueue`; a retried or recovered
 update that meets a newer pending one is folded into it instead of going back to the queue.
 """
 
@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from interactions.lark.cardjson import merge_updates
 from interactions.models import CardEntity, CardUpdate
-from interactions.workqueue import WorkStatus, claim_due, reschedule, settle
+from plumbing.workqueue import WorkStatus, claim_due, reschedule, settle
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import random
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from botadmin.parsers import contains_unstorable, loads_untrusted
 from interactions import panels
+from plumbing.parsers import contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.db.rows import quoted_table
 from interactions.models import InboundEvent
+from plumbing.db.rows import quoted_table
 
 log = logging.getLogger(__name__)
 

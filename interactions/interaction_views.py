@@ -30,11 +30,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from botadmin.api import ApiError
-from botadmin.asyncapi import AsyncAPIView
 from botadmin.auth import IsBot
 from interactions import approvals, channels, interaction_cards, textcommands
 from interactions.models import Interaction
+from plumbing.api import ApiError
+from plumbing.asyncapi import AsyncAPIView
 
 log = logging.getLogger(__name__)
 

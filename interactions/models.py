@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from interactions.workqueue import WorkItem, WorkStatus
+from plumbing.workqueue import WorkItem, WorkStatus
 
 
 class InboundEventQuerySet(models.QuerySet):

@@ -20,6 +20,7 @@ from botadmin.admin import HashedTokenAdmin
 from botadmin.models import DesktopToken
 from interactions import panels
 from interactions.models import PanelPresence
+from plumbing.admin import two_way_filter
 
 
 class DesktopTokenIssueForm(forms.ModelForm):
@@ -109,20 +110,12 @@ class DesktopTokenAdmin(HashedTokenAdmin):
         return obj.live_panels
 
 
-class LiveFilter(admin.SimpleListFilter):
-    title = _("state")
-    parameter_name = "state"
-
-    def lookups(self, request, model_admin):
-        return [("live", _("live")), ("expired", _("expired (process gone)"))]
-
-    def queryset(self, request, queryset):
-        if self.value() == "live":
-            return queryset.live()
-        if self.value() == "expired":
-            return queryset.expired()
-        return queryset
-
+LiveFilter = two_way_filter(
+    _("state"),
+    "state",
+    ("live", _("live"), lambda qs: qs.live()),
+    ("expired", _("expired (process gone)"), lambda qs: qs.expired()),
+)
 
 @admin.register(PanelPresence)
 class PanelPresenceAdmin(admin.ModelAdmin):

@@ -28,10 +28,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from botadmin import services
-from botadmin.api import ApiError
 from botadmin.auth import IsBot
 from botadmin.models import DesktopToken
 from interactions import panels
+from plumbing.api import ApiError
 
 log = logging.getLogger(__name__)
 

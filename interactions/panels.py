@@ -176,7 +176,7 @@ def raw_token_from_scope(scope: dict) -> str | None:
 def authenticate_scope(scope: dict) -> PanelUser | None:
     """Who a `/ws/panel/` handshake authenticates as, or None. A token in the handshake wins;
     without one, the web panel's session (`SESSION_KEY`, set by `/panel/` login) is used — only
-    when the handshake has an `Origin` (a browser; `botadmin.asgi` checked it against
+    when the handshake has an `Origin` (a browser; `cardloop.asgi` checked it against
     ALLOWED_HOSTS) — and its token must still be active. Sync (database): call through `database_sync_to_async`."""
     raw = raw_token_from_scope(scope)
     if raw is not None:

@@ -101,7 +101,7 @@ async def apost_callback(
     `HttpCommunicator`): returns `(status, headers, JSON body)`."""
     from channels.testing import HttpCommunicator
 
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     raw, sent = seal(body, encrypt_key=encrypt_key, encrypt_body=encrypt)
     sent = {"Host": "testserver", **sent, **(headers or {})}

@@ -21,7 +21,7 @@ def child_env(**extra: str) -> dict[str, str]:
         database_url = f"postgres://{auth}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "botadmin.settings_test",
+        "DJANGO_SETTINGS_MODULE": "cardloop.settings_test",
         "DATABASE_URL": database_url,
         "CARDLOOP_SECRET_DIR": str(settings.CARDLOOP_SECRET_DIR),
         "NO_PROXY": "127.0.0.1,localhost",

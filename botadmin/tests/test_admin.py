@@ -13,8 +13,8 @@ from django.urls import reverse
 
 from botadmin import services
 from botadmin.models import AuditEntry, Bot, BotApiKey, Chat, ChatPolicy, Team, TeamChat
-from botadmin.secretstore import secret_dir
 from botadmin.tests.conftest import admin_form_data
+from plumbing.secretstore import secret_dir
 
 SECRET = "Very-Secret-app-value-7731"
 

@@ -1,4 +1,4 @@
-"""botadmin.layers.InMemoryChannelLayer: channels' in-memory layer with a rate-limited sweep."""
+"""plumbing.layers.InMemoryChannelLayer: channels' in-memory layer with a rate-limited sweep."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 from django.conf import settings
 
-from botadmin.layers import InMemoryChannelLayer
+from plumbing.layers import InMemoryChannelLayer
 
 
 async def test_expired_messages_are_still_swept_but_at_most_once_a_second():
@@ -32,7 +32,7 @@ async def test_messages_flow_as_with_channels_layer():
 def test_settings_use_it_without_redis():
     backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
     assert backend in (
-        "botadmin.layers.InMemoryChannelLayer",
+        "plumbing.layers.InMemoryChannelLayer",
         "channels_redis.core.RedisChannelLayer",
     )
     if not settings.REDIS_URL:

@@ -1,4 +1,4 @@
-"""`botadmin.db.rows.insert_row` writes exactly the row `Model.save()` writes (SQLite and
+"""`plumbing.db.rows.insert_row` writes exactly the row `Model.save()` writes (SQLite and
 PostgreSQL): defaults, `auto_now`, JSON, datetimes, foreign keys and unique constraints."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from botadmin.db.rows import insert_row
 from interactions import cards
 from interactions.models import CardUpdate, InboundEvent
+from plumbing.db.rows import insert_row
 
 pytestmark = pytest.mark.django_db
 

@@ -67,7 +67,7 @@ def test_two_web_processes_share_the_port_and_one_dying_stops_the_service(tmp_pa
 
 
 def test_several_web_processes_refuse_a_port_something_already_listens_on():
-    from botadmin.management.commands.serve import _listeners
+    from cardloop.management.commands.serve import _listeners
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

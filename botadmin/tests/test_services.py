@@ -15,7 +15,7 @@ from django.db import connection
 from botadmin import services
 from botadmin.models import AuditEntry, Bot, BotApiKey, Chat, ChatPolicy, Team, TeamChat
 from botadmin.policy import PolicyError
-from botadmin.secretstore import secret_dir
+from plumbing.secretstore import secret_dir
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The SQLite backend's fair write queue (`botadmin.db.sqlite3`): write transactions of one
+"""The SQLite backend's fair write queue (`plumbing.db.sqlite3`): write transactions of one
 process get the write lock in arrival order, woken when the previous one ends, and a wait
 longer than the busy timeout falls back to SQLite's own busy handler instead of hanging."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection, connections, transaction
 
-from botadmin.db.sqlite3.base import FairLock, write_lock
+from plumbing.db.sqlite3.base import FairLock, write_lock
 
 
 def _queue_up(lock: FairLock, n: int, order: list[int]) -> list[threading.Thread]:
@@ -63,7 +63,7 @@ def test_concurrent_write_transactions_queue_one_at_a_time_and_all_commit():
         pytest.skip("the write queue is SQLite's")
     from botadmin.models import Team
 
-    assert connection.settings_dict["ENGINE"] == "botadmin.db.sqlite3"
+    assert connection.settings_dict["ENGINE"] == "plumbing.db.sqlite3"
     lock = write_lock(str(connection.settings_dict["NAME"]))
     inside = 0
     peak = 0

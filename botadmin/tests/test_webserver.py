@@ -23,8 +23,8 @@ def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
     log_path = tmp_path / "web.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "botadmin.webserver", "--fd", str(sock.fileno())]
-            + ["botadmin.asgi:application"],
+            [sys.executable, "-m", "cardloop.webserver", "--fd", str(sock.fileno())]
+            + ["cardloop.asgi:application"],
             env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1"),
             pass_fds=[sock.fileno()],
             stdout=log,
@@ -46,9 +46,9 @@ def test_everything_loading_the_application_created_is_frozen_before_serving():
     held (270-350 ms without an answer, bench/README.md)."""
     code = (
         "import gc\n"
-        "from botadmin.webserver import CommandLine\n"
+        "from cardloop.webserver import CommandLine\n"
         "before = gc.get_freeze_count()\n"
-        "CommandLine().load_asgi_app('botadmin.asgi:application')\n"
+        "CommandLine().load_asgi_app('cardloop.asgi:application')\n"
         "print(before, gc.get_freeze_count())\n"
     )
     done = subprocess.run(

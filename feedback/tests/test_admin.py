@@ -11,10 +11,10 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from botadmin.models import AuditEntry, Team, WebhookDestination
-from botadmin.secretstore import read_secret
 from feedback import webhooks
 from feedback.models import Event, OutboxItem, WebhookAttempt
 from feedback.tests.receiver import Reply
+from plumbing.secretstore import read_secret
 
 ADD = "/admin/botadmin/webhookdestination/add/"
 LIST = "/admin/botadmin/webhookdestination/"

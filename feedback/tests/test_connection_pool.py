@@ -53,7 +53,7 @@ def pooled_daphne(lark_bot, tmp_path):
     log_path = tmp_path / "daphne.log"
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "botadmin.asgi:application"],
+        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "cardloop.asgi:application"],
         env=env,
         pass_fds=[sock.fileno()],
         stdout=log,

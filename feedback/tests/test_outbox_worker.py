@@ -27,7 +27,7 @@ from feedback.models import OutboxItem, WebhookAttempt
 from feedback.outbox import OutboxWorker, _InFlight, backoff_delay, decide
 from feedback.tests.receiver import Reply
 from feedback.webhooks import AttemptResult, Outcome
-from interactions.workqueue import WorkStatus, claim_due, recover_stale, settle_many
+from plumbing.workqueue import WorkStatus, claim_due, recover_stale, settle_many
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -207,7 +207,7 @@ def _database_url() -> str:
 def _start_worker(webhook_ca, *args) -> subprocess.Popen:
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "botadmin.settings_test",
+        "DJANGO_SETTINGS_MODULE": "cardloop.settings_test",
         "DATABASE_URL": _database_url(),
         "CARDLOOP_SECRET_DIR": str(settings.CARDLOOP_SECRET_DIR),
         "CARDLOOP_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -332,7 +332,7 @@ def test_the_command_recovers_stale_claims_at_start_and_delivers(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_skipping_the_flush_wait_never_leaks_into_a_callers_transaction():
-    from interactions.workqueue import skip_flush_wait
+    from plumbing.workqueue import skip_flush_wait
 
     def current():
         with connection.cursor() as cursor:

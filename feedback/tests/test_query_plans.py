@@ -20,10 +20,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from botadmin.db.sqlite3 import base as sqlite_base
 from feedback.models import Delivery
 from feedback.tests.test_answer_never_stored import _exercise_every_path
 from interactions.models import Ask, CardEntity, Interaction
+from plumbing.db.sqlite3 import base as sqlite_base
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

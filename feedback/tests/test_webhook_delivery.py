@@ -13,10 +13,10 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from botadmin.models import AuditEntry
-from botadmin.secretstore import delete_secret
 from feedback import destinations, outbox, webhooks
 from feedback.models import OutboxItem, WebhookAttempt
 from feedback.tests.receiver import Reply
+from plumbing.secretstore import delete_secret
 
 pytestmark = pytest.mark.usefixtures("webhook_settings", "dns")
 

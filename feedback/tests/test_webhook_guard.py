@@ -177,7 +177,7 @@ def post_spy(monkeypatch):
 def _destination(url, secret=None):
     """A destination written with the ORM, bypassing registration checks (as if it had been
     stored before a rule existed, or its DNS changed since)."""
-    from botadmin.secretstore import write_secret
+    from plumbing.secretstore import write_secret
 
     return WebhookDestination.objects.create(
         name=f"raw {url}",

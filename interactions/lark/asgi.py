@@ -28,7 +28,7 @@ callback. `LarkCallbackApp` therefore answers exactly that route itself and hand
    thread, which would take a second connection from the pool (and its health check).
 
 Django's URL route for the view stays (WSGI servers, the test client); this app is what
-`botadmin.asgi.application` serves it through.
+`cardloop.asgi.application` serves it through.
 """
 
 from __future__ import annotations

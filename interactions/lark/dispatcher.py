@@ -41,10 +41,10 @@ from django.conf import settings
 from django.db import connections
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.db.sqlite3.base import keep_connections_in_this_thread
-from botadmin.parsers import contains_unstorable
 from interactions import cards, inbound, registry
 from interactions.lark.cardjson import validate_card
+from plumbing.db.sqlite3.base import keep_connections_in_this_thread
+from plumbing.parsers import contains_unstorable
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def finish_connections() -> None:
     thread must not keep one, or the handler threads could hold more than the pool has) —
     except a SQLite connection of a `POOL` thread (`CONN_MAX_AGE` None there), which the
     backend keeps for the thread's next callback unless it saw a database error or was left
-    in a transaction (`botadmin.db.sqlite3.base.keep_connections_in_this_thread`)."""
+    in a transaction (`plumbing.db.sqlite3.base.keep_connections_in_this_thread`)."""
     for connection in connections.all(initialized_only=True):
         if connection.close_at is None:
             connection.close_if_unusable_or_obsolete()

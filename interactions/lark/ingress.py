@@ -39,11 +39,11 @@ from django.views.decorators.csrf import csrf_exempt
 from lark_oapi.core.exception import AccessDeniedException, NoAuthorizationException
 from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 
-from botadmin.db.rows import quoted_table
 from botadmin.models import Bot
-from botadmin.parsers import ascii_int, loads_untrusted
 from interactions import inbound
 from interactions.lark import dispatcher, signing
+from plumbing.db.rows import quoted_table
+from plumbing.parsers import ascii_int, loads_untrusted
 
 log = logging.getLogger(__name__)
 

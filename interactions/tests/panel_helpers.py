@@ -10,7 +10,7 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from botadmin import services
-from botadmin.asgi import application  # at import: django.setup() there reconfigures logging
+from cardloop.asgi import application  # at import: django.setup() there reconfigures logging
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
 
 
 def communicator(*, raw=None, subprotocols=None, headers=None) -> WebsocketCommunicator:
-    """A client of `/ws/panel/` through `botadmin.asgi.application` (origin check, session
+    """A client of `/ws/panel/` through `cardloop.asgi.application` (origin check, session
     middleware, routing); `raw` is sent as `Authorization: Bearer <raw>`."""
     hdrs = list(headers or [])
     if raw is not None:
@@ -88,7 +88,7 @@ class Daphnes:
                 "daphne",
                 "--fd",
                 str(sock.fileno()),
-                "botadmin.asgi:application",
+                "cardloop.asgi:application",
             ],
             env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1", **env),
             pass_fds=[sock.fileno()],

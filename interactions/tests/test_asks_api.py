@@ -350,7 +350,7 @@ def test_async_long_poll_through_asgi_is_woken_by_a_card_submit(api, panel):
     request_id = post_ask(api).json()["requestId"]
     from channels.testing import HttpCommunicator
 
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     auth = [
         (b"authorization", api._credentials["HTTP_AUTHORIZATION"].encode()),

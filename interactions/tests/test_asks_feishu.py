@@ -23,7 +23,7 @@ from interactions.tests.ask_helpers import (
     has_form,
     run_queue,
 )
-from interactions.workqueue import WorkStatus, claim_due
+from plumbing.workqueue import WorkStatus, claim_due
 from tests import feishu
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
 """`interactions.lark.asgi.LarkCallbackApp`: the Feishu callback route in front of Django, through
-`botadmin.asgi.application` (channels' `HttpCommunicator`)."""
+`cardloop.asgi.application` (channels' `HttpCommunicator`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
 async def _request(method: str, path: str, body: bytes = b"", headers=None):
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     sent = {"Host": "testserver", **(headers or {})}
     communicator = HttpCommunicator(
@@ -171,7 +171,7 @@ async def test_timestamp_that_int_cannot_read_is_401_stale_request_without_trace
     headers = [(b"host", b"testserver")] + [
         (k.lower().encode(), v.encode("utf-8")) for k, v in sent.items()
     ]
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     communicator = HttpCommunicator(
         application, "POST", f"/lark/{lark_bot.app_id}/callback", body=raw, headers=headers
@@ -203,7 +203,7 @@ async def test_several_host_headers_are_refused_like_django_refuses_them(
     calls = []
     register_card_handler("feedback", lambda action: calls.append(action))
     raw, sent = seal(feishu.payload("card_action_feedback_click"), encrypt_key=feishu.ENCRYPT_KEY)
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     communicator = HttpCommunicator(
         application,
@@ -258,7 +258,7 @@ async def test_lower_case_post_takes_the_callback_route(lark_bot, register_card_
 async def test_held_update_is_released_after_the_answer_on_the_connection_the_click_used(
     lark_stub, lark_bot, register_card_handler, monkeypatch
 ):
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     entity = await sync_to_async(cards.send_card)(
         lark_bot, feedback_card(), receive_id="oc_group_chat"
@@ -325,7 +325,7 @@ async def test_a_click_cancelled_by_a_stopping_server_never_leaves_its_thread_wa
     process could not exit before `SEND_WAIT_SECONDS`)."""
     import asyncio
 
-    from botadmin.asgi import application
+    from cardloop.asgi import application
     from interactions.lark import asgi
 
     monkeypatch.setattr(asgi, "SEND_WAIT_SECONDS", 30.0)

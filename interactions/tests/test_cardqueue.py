@@ -17,7 +17,7 @@ from django.utils import timezone
 from interactions import cards, cardworker, registry
 from interactions.models import CardEntity, CardUpdate
 from interactions.tests.test_cardjson import feedback_card
-from interactions.workqueue import WorkStatus, claim_due
+from plumbing.workqueue import WorkStatus, claim_due
 from tests import feishu
 
 
@@ -620,13 +620,13 @@ def test_a_repeated_stop_signal_is_logged_once(caplog):
     import os
     import signal
 
-    from interactions.workqueue import WorkerLoop
+    from plumbing.workqueue import WorkerLoop
 
     loop = WorkerLoop(lambda: 0, name="test_worker")
     saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
         loop.install_signal_handlers()
-        with caplog.at_level("INFO", logger="interactions.workqueue"):
+        with caplog.at_level("INFO", logger="plumbing.workqueue"):
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGINT)

@@ -11,11 +11,11 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.db.backends.signals import connection_created
 
-from botadmin.db.sqlite3.base import keep_connections_in_this_thread
 from interactions import registry
 from interactions.lark import dispatcher
 from interactions.lark.signing import seal
 from interactions.tests.test_callback_asgi import _scope
+from plumbing.db.sqlite3.base import keep_connections_in_this_thread
 from tests import feishu
 
 
@@ -65,9 +65,9 @@ def _query_twice_with_finish_between(keep: bool):
 
 
 async def _click(app_id: str, event_id: str) -> bytes:
-    """One feedback click (fixture payload, `event_id`) through `botadmin.asgi.application`
+    """One feedback click (fixture payload, `event_id`) through `cardloop.asgi.application`
     as Daphne calls it; returns the answer's body."""
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     payload = feishu.payload("card_action_feedback_click")
     payload["header"]["event_id"] = event_id

@@ -43,7 +43,7 @@ def test_claim_and_finish_store_times_as_the_orm_does_so_pruning_compares_like_w
     from django.db import connection
     from django.utils import timezone
 
-    from botadmin.db.rows import quoted_table
+    from plumbing.db.rows import quoted_table
 
     row, _ = inbound.claim_event(lark_bot, "evt_claim_times", "card.action.trigger")
     inbound.finish_event(row, {})

@@ -444,7 +444,7 @@ def test_long_poll_returns_pending_when_the_wait_ran_out(api, lark_stub):
 async def _long_poll(raw_key: str, ia_id: str, wait: int) -> tuple[int, dict]:
     from channels.testing import HttpCommunicator
 
-    from botadmin.asgi import application
+    from cardloop.asgi import application
 
     communicator = HttpCommunicator(
         application,

@@ -17,7 +17,7 @@ from interactions import approvals, registry, textcommands
 from interactions.models import CardUpdate, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, REQUESTER
-from interactions.workqueue import WorkStatus
+from plumbing.workqueue import WorkStatus
 from tests import feishu
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -15,7 +15,7 @@ from interactions import approvals, cardworker
 from interactions.models import CardEntity, CardUpdate, InboundEvent, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, OTHER, REQUESTER
-from interactions.workqueue import WorkStatus
+from plumbing.workqueue import WorkStatus
 from tests import feishu
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ from interactions import approvals, cardworker, registry, textcommands
 from interactions.models import ApprovalRule, CardUpdate, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, OTHER, REQUESTER
-from interactions.workqueue import WorkStatus
+from plumbing.workqueue import WorkStatus
 from tests import feishu
 
 

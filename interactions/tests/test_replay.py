@@ -194,7 +194,7 @@ def daphne(lark_bot, tmp_path):
     env = child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1")
     log = (tmp_path / "daphne.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "botadmin.asgi:application"],
+        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "cardloop.asgi:application"],
         env=env,
         pass_fds=[sock.fileno()],
         stdout=log,

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from feedback import deliveries
 from feedback.outbox import OutboxWorker
-from interactions.workqueue import WorkerLoop
+from plumbing.workqueue import WorkerLoop
 
 
 class Command(BaseCommand):

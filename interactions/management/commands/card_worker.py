@@ -1,6 +1,6 @@
 """`python manage.py card_worker`: apply queued card updates to Feishu (CardKit / PATCH).
 
-Safe to run in N copies (claims are exclusive, see `interactions.workqueue`). SIGTERM / SIGINT
+Safe to run in N copies (claims are exclusive, see `plumbing.workqueue`). SIGTERM / SIGINT
 stop it after the update in progress; claimed updates not started yet go back to the queue.
 Stale claims of dead workers are recovered at start and every `--period` seconds, when old
 dedupe rows and finished updates are also swept. `manage.py serve` starts it beside Daphne.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from interactions import approvals, cardworker, inbound
-from interactions.workqueue import WorkerLoop
+from plumbing.workqueue import WorkerLoop
 
 
 class Command(BaseCommand):

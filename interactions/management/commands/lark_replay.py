@@ -26,8 +26,8 @@ import httpx
 from django.core.management.base import BaseCommand, CommandError
 
 from botadmin.models import Bot
-from botadmin.parsers import ascii_int
 from interactions.lark.signing import seal
+from plumbing.parsers import ascii_int
 
 
 def set_path(payload: Any, path: str, value: Any) -> None:

@@ -56,14 +56,14 @@ class Command(BaseCommand):
         children: dict[str, subprocess.Popen] = {}
         if web_processes == 1:
             children["web"] = subprocess.Popen(
-                [python, "-m", "botadmin.webserver", "-b", host, "-p", str(port)]
-                + ["botadmin.asgi:application"]
+                [python, "-m", "cardloop.webserver", "-b", host, "-p", str(port)]
+                + ["cardloop.asgi:application"]
             )
         else:
             for n, listener in enumerate(_listeners(host, port, web_processes), start=1):
                 children[f"web{n}"] = subprocess.Popen(
-                    [python, "-m", "botadmin.webserver", "--fd", str(listener.fileno())]
-                    + ["botadmin.asgi:application"],
+                    [python, "-m", "cardloop.webserver", "--fd", str(listener.fileno())]
+                    + ["cardloop.asgi:application"],
                     pass_fds=(listener.fileno(),),
                 )
                 listener.close()  # the child has its own copy

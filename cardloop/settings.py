@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "cardloop.apps.CardloopConfig",
     "botadmin.apps.BotadminConfig",
     "interactions.apps.InteractionsConfig",
     "feedback.apps.FeedbackConfig",
@@ -67,8 +68,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # above CommonMiddleware: it reshapes the HTML 400 of a disallowed Host on API paths
-    "botadmin.api.ApiErrorShapeMiddleware",
-    "botadmin.api.RejectNulInUrlMiddleware",
+    "plumbing.api.ApiErrorShapeMiddleware",
+    "plumbing.api.RejectNulInUrlMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -79,8 +80,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "botadmin.urls"
-ASGI_APPLICATION = "botadmin.asgi.application"
+ROOT_URLCONF = "cardloop.urls"
+ASGI_APPLICATION = "cardloop.asgi.application"
 
 TEMPLATES = [
     {
@@ -105,10 +106,10 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'cardloop.sqlite3'}")
 }
 _db = DATABASES["default"]
-IS_SQLITE = _db["ENGINE"] in ("django.db.backends.sqlite3", "botadmin.db.sqlite3")
+IS_SQLITE = _db["ENGINE"] in ("django.db.backends.sqlite3", "plumbing.db.sqlite3")
 if IS_SQLITE:
-    # Django's backend, plus a fair process-wide queue for write transactions (botadmin.db).
-    _db["ENGINE"] = "botadmin.db.sqlite3"
+    # Django's backend, plus a fair process-wide queue for write transactions (plumbing.db).
+    _db["ENGINE"] = "plumbing.db.sqlite3"
     _db.setdefault("OPTIONS", {}).update(
         {
             # Writers wait for each other instead of failing with "database is locked", and a
@@ -174,7 +175,7 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             # channels' layer with its per-receive expiry sweep rate-limited (O(N²) fan-out)
-            "BACKEND": "botadmin.layers.InMemoryChannelLayer",
+            "BACKEND": "plumbing.layers.InMemoryChannelLayer",
             "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60},
         }
     }
@@ -246,9 +247,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["botadmin.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["plumbing.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "botadmin.api.exception_handler",
+    "EXCEPTION_HANDLER": "plumbing.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -307,7 +308,7 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
-    "filters": {"one_line": {"()": "botadmin.logfilters.OneLineLog"}},
+    "filters": {"one_line": {"()": "plumbing.logfilters.OneLineLog"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("CARDLOOP_LOG_LEVEL", default="INFO")},
     "loggers": {

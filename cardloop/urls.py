@@ -6,7 +6,7 @@ from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from botadmin import views
+from cardloop import views
 
 admin.site.site_header = _("Cardloop administration")
 admin.site.site_title = _("Cardloop")
@@ -28,5 +28,5 @@ urlpatterns = [
     path("", include("analytics.urls")),
 ]
 
-handler404 = "botadmin.api.handler404"
-handler500 = "botadmin.api.handler500"
+handler404 = "plumbing.api.handler404"
+handler500 = "plumbing.api.handler500"

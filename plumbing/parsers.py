@@ -1,8 +1,8 @@
 """Parsing JSON from outside: the API's request parser (`REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]`)
 and `loads_untrusted` for other bodies and frames (Feishu callbacks, panel WebSocket frames).
 
-Kept apart from `botadmin.api`: DRF resolves the parser setting when `rest_framework.views`
-is imported, which `botadmin.api` itself imports.
+Kept apart from `plumbing.api`: DRF resolves the parser setting when `rest_framework.views`
+is imported, which `plumbing.api` itself imports.
 """
 
 from __future__ import annotations

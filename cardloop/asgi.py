@@ -7,7 +7,7 @@ secret key, `cardloop.E001`) refuses to start instead of serving.
 
 import os
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botadmin.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cardloop.settings")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
@@ -20,7 +20,7 @@ from django.conf import settings  # noqa: E402
 from django.core import checks  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
-from botadmin.routing import websocket_urlpatterns  # noqa: E402
+from cardloop.routing import websocket_urlpatterns  # noqa: E402
 from interactions.lark.asgi import LarkCallbackApp  # noqa: E402
 
 _errors = [m for m in checks.run_checks() if m.level >= checks.ERROR]

@@ -1,4 +1,4 @@
-"""`python -m botadmin.webserver <daphne arguments>`: Daphne with an access log that leaves out
+"""`python -m cardloop.webserver <daphne arguments>`: Daphne with an access log that leaves out
 query strings, and the loaded application frozen out of the garbage collector's scans
 (`CommandLine`). `manage.py serve` starts the web process through it.
 

@@ -10,7 +10,7 @@ import tempfile
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-" + "k3y" * 20)
 os.environ.setdefault("CARDLOOP_SECRET_DIR", tempfile.mkdtemp(prefix="cardloop-test-secrets-"))
 
-from botadmin.settings import *  # noqa: E402,F403
+from cardloop.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
