@@ -38,6 +38,7 @@ lint: venv
 ## The checks CI runs besides the tests
 check: venv
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	DJANGO_DEBUG=true $(BIN)/python manage.py makemigrations --check --dry-run
 	DJANGO_DEBUG=true $(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 	DJANGO_DEBUG=false DJANGO_SECRET_KEY=ci-$$($(BIN)/python -c 'import secrets;print(secrets.token_urlsafe(50))') \
