@@ -1,7 +1,7 @@
 """Admin of the interactions app.
 
 Interactions (issue 6) are read-only here (filter by status, kind, bot); "always" approval
-rules can be listed and revoked — the action calls `interactions.approvals.revoke_rule`.
+rules can be listed and revoked — the action calls `interactions.approvals.service.revoke_rule`.
 Nothing secret is shown: interactions and rules hold ids, the question and the resolution.
 Progress sessions and asks (issue 7) are read-only lists with filters; the text people typed
 as answers is not shown (only who answered, how and when).
@@ -16,7 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from interactions import approvals
+from interactions.approvals import service as approvals
 from interactions.models import ApprovalRule, Ask, Interaction, ProgressSession
 from plumbing.admin import ReadOnlyAdmin, two_way_filter
 
@@ -98,6 +98,7 @@ RuleStateFilter = two_way_filter(
     ("revoked", _("revoked"), lambda qs: qs.filter(revoked_at__isnull=False)),
 )
 
+
 @admin.register(ApprovalRule)
 class ApprovalRuleAdmin(ReadOnlyAdmin):
     list_display = (
@@ -155,6 +156,7 @@ AskStateFilter = two_way_filter(
     ("panel_only", _("panel only"), lambda qs: qs.filter(card__isnull=True)),
 )
 
+
 @admin.register(Ask)
 class AskAdmin(ReadOnlyAdmin):
     """ask_user_questions requests: who was asked what, where, and how it ended."""
@@ -206,7 +208,7 @@ class AskAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("reason"))
     def reason(self, obj: Ask) -> str:
-        from interactions.asks import cancel_reason
+        from interactions.asks.service import cancel_reason
 
         return "—" if obj.status == Interaction.Status.PENDING else cancel_reason(obj)
 
@@ -225,6 +227,7 @@ CancelRequestedFilter = two_way_filter(
     ("yes", _("yes"), lambda qs: qs.filter(cancel_requested_at__isnull=False)),
     ("no", _("no"), lambda qs: qs.filter(cancel_requested_at__isnull=True)),
 )
+
 
 @admin.register(ProgressSession)
 class ProgressSessionAdmin(ReadOnlyAdmin):
@@ -278,4 +281,4 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
 
 
 # Desktop tokens and panel connections (question panels, issue 7).
-from interactions import panel_admin  # noqa: E402,F401
+from interactions.panels import admin as panel_admin  # noqa: E402,F401

@@ -9,7 +9,10 @@ class InteractionsConfig(AppConfig):
     verbose_name = _("Interactions")
 
     def ready(self) -> None:
-        from interactions import approvals, asks, registry, textcommands
+        from interactions.approvals import service as approvals
+        from interactions.approvals import textcommands
+        from interactions.asks import service as asks
+        from interactions.callbacks import registry
 
         # Interactions across channels (issue 6): button clicks and typed /_interaction commands.
         registry.register("interaction", approvals.on_card_action)

@@ -2,8 +2,8 @@
 and the durable card-update queue.
 
 State changes live in service modules next to these models:
-`interactions/inbound.py` (claim / finish / prune of `InboundEvent`), `interactions/cards.py`
-(send, register, enqueue, release holds) and `interactions/cardworker.py` (apply queued updates).
+`interactions/callbacks/inbound.py` (claim / finish / prune of `InboundEvent`), `interactions/cardqueue/service.py`
+(send, register, enqueue, release holds) and `interactions/cardqueue/worker.py` (apply queued updates).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class InboundEvent(models.Model):
     runs, so a redelivered or concurrently duplicated event finds it in every process and gets
     the stored answer instead of a second side effect (failure mode B06). Only the toast of the
     answer is kept (`answer`), never a card, a callback token, an operator id or form input.
-    Rows are deleted after `interactions.inbound.RETENTION` by the card worker's sweep.
+    Rows are deleted after `interactions.callbacks.inbound.RETENTION` by the card worker's sweep.
     """
 
     class Status(models.TextChoices):
@@ -198,8 +198,8 @@ class CardUpdate(WorkItem):
 
 # =============================================================================================
 # Interactions across channels (issue 6): approvals, quick replies, forms, typed commands.
-# State changes: `interactions/approvals.py` (one `resolve()` for every path); rendering:
-# `interactions/interaction_cards.py`; channels: `interactions/channels.py`.
+# State changes: `interactions/approvals/service.py` (one `resolve()` for every path); rendering:
+# `interactions/render/interaction_cards.py`; channels: `interactions/channels/kinds.py`.
 # =============================================================================================
 
 
@@ -232,14 +232,14 @@ class Interaction(models.Model):
     - `actions`: `[{id, label, value, style}]`; `fields` (forms): `[{name, label, type,
       options, required, placeholder}]`.
     - `status` moves once, `pending → resolved | expired | cancelled`, only through
-      `interactions.approvals.resolve` (a conditional UPDATE … WHERE status='pending'), which
+      `interactions.approvals.service.resolve` (a conditional UPDATE … WHERE status='pending'), which
       also writes `resolution = {action_id, value, operator, via, at}` (`via`: card | text |
       api | timeout | cancel) and the `interaction.resolved` event.
     - `card` / `open_message_id`: the Feishu message it was rendered to (empty elsewhere).
     - Asks (`kind="ask"`, issue 7): `public_id` is the API's `requestId`, `questions` the 1–4
       questions, `form_index` the n of the form `ask_<n>` on the session's progress card, and
       `resolution.value` the answers `[{question, selectedLabels, customInput}]`; service
-      functions in `interactions/asks.py`, which completes them through the same `resolve()`.
+      functions in `interactions/asks/service.py`, which completes them through the same `resolve()`.
     """
 
     class Kind(models.TextChoices):
@@ -419,7 +419,7 @@ class ApprovalRule(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
-# Question panels: presence (issue 7, interactions.panels)
+# Question panels: presence (issue 7, interactions.panels.service)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -428,7 +428,7 @@ class PanelPresenceQuerySet(models.QuerySet):
         """Rows whose process refreshed them within `CARDLOOP_PANEL_PRESENCE_TTL` seconds and
         whose desktop token is not revoked (a revoked token's panel shows no new questions,
         even before its consumer has noticed and closed)."""
-        from interactions import panels
+        from interactions.panels import service as panels
 
         return self.filter(
             last_seen_at__gte=(now or timezone.now()) - panels.presence_ttl(),
@@ -436,7 +436,7 @@ class PanelPresenceQuerySet(models.QuerySet):
         )
 
     def expired(self, now=None):
-        from interactions import panels
+        from interactions.panels import service as panels
 
         return self.filter(last_seen_at__lt=(now or timezone.now()) - panels.presence_ttl())
 
@@ -447,9 +447,9 @@ class PanelPresenceQuerySet(models.QuerySet):
 class PanelPresence(models.Model):
     """One live question-panel WebSocket (`/ws/panel/`): which user it shows, which process
     serves it. Any process answers "is this user connected" from these rows
-    (`interactions.panels.is_connected`).
+    (`interactions.panels.service.is_connected`).
 
-    Written only by `interactions.panels`: created on connect, deleted on disconnect, and
+    Written only by `interactions.panels.service`: created on connect, deleted on disconnect, and
     `last_seen_at` refreshed by the serving process every `CARDLOOP_PANEL_HEARTBEAT` seconds.
     A process that dies leaves rows that stop being refreshed: they count as gone after
     `CARDLOOP_PANEL_PRESENCE_TTL` seconds and are swept by the next heartbeat of any process.
@@ -489,8 +489,8 @@ class PanelPresence(models.Model):
 
 
 # =============================================================================================
-# Progress cards and asks (issue 7). State changes: `interactions/asks.py`; rendering:
-# `interactions/progress_cards.py`.
+# Progress cards and asks (issue 7). State changes: `interactions/asks/service.py`; rendering:
+# `interactions/render/progress_cards.py`.
 # =============================================================================================
 
 
@@ -542,7 +542,7 @@ class ProgressSession(models.Model):
     """The progress card of one agent session (`PUT /api/v1/sessions/<session_id>/progress`).
 
     Cardloop owns the whole card and renders it from this row plus the session's pending asks
-    (`interactions.progress_cards.render`) every time it is updated. `state_version` grows with
+    (`interactions.render.progress_cards.render`) every time it is updated. `state_version` grows with
     every change (state, asks, cancel request) and is passed to the card queue.
 
     - `receive_id_type` / `receive_id`: where the card was sent (`chat_id` → `oc_…`, or

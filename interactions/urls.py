@@ -2,9 +2,9 @@
 
 from django.urls import path
 
-from interactions import ask_views as av
-from interactions import interaction_views as iv
-from interactions.lark import ingress
+from interactions.api import asks as av
+from interactions.api import interactions as iv
+from interactions.channels.feishu import ingress
 
 urlpatterns = [
     path("lark/<str:app_id>/callback", ingress.callback, name="lark-callback"),

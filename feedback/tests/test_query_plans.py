@@ -111,7 +111,7 @@ def test_lookups_by_message_card_and_request_id_use_their_unique_index(
 ):
     """The named lookups, and the card-action path's progress-session lookup built on one,
     each go through the partial unique index of the column they look up."""
-    from interactions import asks
+    from interactions.asks import service as asks
 
     lookups = {
         "card_entity_card_id": lambda: CardEntity.objects.for_card_id(lark_bot, "card_x").first(),

@@ -6,7 +6,7 @@ Feishu's scheme (`research/feishu.md` §3, fixtures README):
 - headers `X-Lark-Request-Timestamp` (seconds), `X-Lark-Request-Nonce` and
   `X-Lark-Signature` = lower-case hex SHA-256 of `timestamp + nonce + encrypt_key + raw body`.
 
-Verification on the way in is done by lark-oapi (`interactions.lark.ingress`); this module only
+Verification on the way in is done by lark-oapi (`interactions.channels.feishu.ingress`); this module only
 produces what Feishu would send. Decryption uses lark-oapi's own `AESCipher` so the two sides
 are checked against each other.
 """

@@ -9,8 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import asks, cardworker, panels
+from interactions.asks import service as asks
+from interactions.cardqueue import worker as cardworker
 from interactions.models import CardEntity
+from interactions.panels import service as panels
 
 REQUESTER = "ou_requester"
 OTHER = "ou_other"
@@ -42,7 +44,7 @@ QUESTIONS = [
 
 
 class PanelRecorder:
-    """Monkeypatched `interactions.panels`: who is connected, and every push made."""
+    """Monkeypatched `interactions.panels.service`: who is connected, and every push made."""
 
     def __init__(self):
         self.connected: set[str] = set()

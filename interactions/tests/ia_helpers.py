@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import approvals
+from interactions.approvals import service as approvals
 from interactions.models import Interaction
 
 REQUESTER = "ou_requester"
@@ -35,7 +35,7 @@ def build(**overrides) -> Interaction:
     }
     values.update(overrides)
     if values["kind"] == Interaction.Kind.APPROVAL and "actions" not in overrides:
-        from interactions.interaction_cards import approval_actions
+        from interactions.render.interaction_cards import approval_actions
 
         values["actions"] = approval_actions()
     return Interaction(**values)

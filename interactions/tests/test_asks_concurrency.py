@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connections
 
-from interactions import asks
+from interactions.asks import service as asks
 from interactions.models import Ask
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION

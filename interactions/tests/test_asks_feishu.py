@@ -11,7 +11,10 @@ import pytest
 from django.utils import timezone
 
 from feedback.models import Event
-from interactions import approvals, asks, cards, cardworker
+from interactions.approvals import service as approvals
+from interactions.asks import service as asks
+from interactions.cardqueue import service as cards
+from interactions.cardqueue import worker as cardworker
 from interactions.models import Ask, CardUpdate, ProgressSession
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import (

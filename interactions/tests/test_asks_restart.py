@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from interactions import asks, registry
+from interactions.asks import service as asks
+from interactions.callbacks import registry
 from interactions.models import Ask, CardEntity, ProgressSession
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION, forms_of

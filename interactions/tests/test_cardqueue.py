@@ -14,7 +14,9 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from interactions import cards, cardworker, registry
+from interactions.callbacks import registry
+from interactions.cardqueue import service as cards
+from interactions.cardqueue import worker as cardworker
 from interactions.models import CardEntity, CardUpdate
 from interactions.tests.test_cardjson import feedback_card
 from plumbing.workqueue import WorkStatus, claim_due
@@ -210,7 +212,7 @@ def test_backoff_doubles_with_jitter_and_is_capped():
 def test_permanent_error_is_recorded_and_not_retried(entity, lark_stub, caplog):
     lark_stub.fail("PUT", "/open-apis/cardkit/v1/cards/", code=230099, msg="card content invalid")
     cards.enqueue_elements(entity, {"fb_prompt": md("x")})
-    with caplog.at_level(logging.WARNING, logger="interactions.cardworker"):
+    with caplog.at_level(logging.WARNING, logger="interactions.cardqueue.worker"):
         cardworker.run_due()
     row = CardUpdate.objects.get()
     assert (row.status, row.error_code, row.attempts) == (WorkStatus.FAILED, 230099, 1)

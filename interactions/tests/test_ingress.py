@@ -13,7 +13,7 @@ import time
 import pytest
 from django.db import connections
 
-from interactions import registry
+from interactions.callbacks import registry
 from interactions.lark.signing import seal, signature
 from interactions.models import InboundEvent
 from tests import feishu
@@ -240,7 +240,7 @@ def test_raising_handler_gets_an_error_toast_and_the_traceback_is_logged(
         raise RuntimeError("boom in handler")
 
     register_card_handler("feedback", broken)
-    with caplog.at_level(logging.ERROR, logger="interactions.lark.dispatcher"):
+    with caplog.at_level(logging.ERROR, logger="interactions.callbacks.dispatcher"):
         response = lark_callback(feishu.payload("card_action_feedback_click"))
     assert response.status_code == 200
     assert _assert_json(response)["toast"]["type"] == "error"
@@ -338,7 +338,9 @@ def test_payloads_lark_oapi_cannot_read_are_one_warning_line_without_a_traceback
     assert _assert_json(response)["error"] == "malformed_payload"
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert [r for r in caplog.records if r.exc_info] == []
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "interactions.lark.ingress"]
+    (line,) = [
+        r.getMessage() for r in caplog.records if r.name == "interactions.channels.feishu.ingress"
+    ]
     assert "could not process (" in line and "refused with 400" in line
     assert "\n" not in line and "\x1b" not in line
 
@@ -346,7 +348,7 @@ def test_payloads_lark_oapi_cannot_read_are_one_warning_line_without_a_traceback
 def test_an_error_raised_in_cardloops_own_processor_keeps_its_traceback(
     lark_callback, monkeypatch, caplog
 ):
-    from interactions.lark import ingress
+    from interactions.channels.feishu import ingress
 
     def broken(self, data):
         raise RuntimeError("bug in Cardloop")

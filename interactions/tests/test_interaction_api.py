@@ -19,7 +19,8 @@ from django.db import connections
 from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
-from interactions import approvals, interaction_views
+from interactions.api import interactions as interaction_views
+from interactions.approvals import service as approvals
 from interactions.models import Interaction
 from interactions.tests.ia_helpers import CHAT, FORM_FIELDS, QUICK_ACTIONS, REQUESTER
 from tests.feishu import assert_valid_card
@@ -137,7 +138,7 @@ def test_a_request_id_reused_for_another_request_is_400_not_the_first_answer(
 
 
 def test_a_retry_sends_an_interaction_whose_first_send_was_interrupted(api, lark_stub, lark_bot):
-    from interactions import approvals
+    from interactions.approvals import service as approvals
 
     # the creating request died between recording the interaction and sending it
     row, _ = approvals.create_interaction(

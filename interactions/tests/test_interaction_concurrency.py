@@ -13,7 +13,9 @@ import pytest
 from django.apps import apps
 from django.db import connections
 
-from interactions import approvals, registry, textcommands
+from interactions.approvals import service as approvals
+from interactions.approvals import textcommands
+from interactions.callbacks import registry
 from interactions.models import CardUpdate, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, REQUESTER

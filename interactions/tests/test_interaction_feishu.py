@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import approvals, cardworker
+from interactions.approvals import service as approvals
+from interactions.cardqueue import worker as cardworker
 from interactions.models import CardEntity, CardUpdate, InboundEvent, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, OTHER, REQUESTER

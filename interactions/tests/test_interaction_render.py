@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.utils import translation
 
-from interactions import channels, interaction_cards
-from interactions.interaction_cards import fallback_text, feishu_card, render
+from interactions.channels import kinds as channels
 from interactions.models import Interaction
+from interactions.render import interaction_cards
+from interactions.render.interaction_cards import fallback_text, feishu_card, render
 from interactions.tests.ia_helpers import FORM_FIELDS, QUICK_ACTIONS, build
 from tests.feishu import assert_valid_card
 

@@ -12,7 +12,10 @@ from django.apps import apps
 from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
-from interactions import approvals, cardworker, registry, textcommands
+from interactions.approvals import service as approvals
+from interactions.approvals import textcommands
+from interactions.callbacks import registry
+from interactions.cardqueue import worker as cardworker
 from interactions.models import ApprovalRule, CardUpdate, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, OTHER, REQUESTER
@@ -504,7 +507,8 @@ def test_final_card_replaces_the_buttons_through_cardkit_never_a_message_put(
 
 
 def test_a_late_pending_rendering_never_brings_the_buttons_back(lark_bot, lark_stub, sent):
-    from interactions import cards, interaction_cards
+    from interactions.cardqueue import service as cards
+    from interactions.render import interaction_cards
 
     ia = sent()
     pending_card = interaction_cards.feishu_card(ia)
@@ -518,9 +522,9 @@ def test_a_late_pending_rendering_never_brings_the_buttons_back(lark_bot, lark_s
 def test_resolution_racing_the_send_still_updates_the_card(lark_bot, lark_stub, make_interaction):
     ia = make_interaction(lark_bot)
     approvals.cancel(ia)  # resolved before its card was recorded
-    entity = __import__("interactions.cards", fromlist=["x"]).send_card(
+    entity = __import__("interactions.cardqueue.service", fromlist=["x"]).send_card(
         lark_bot,
-        __import__("interactions.interaction_cards", fromlist=["x"]).feishu_card(ia),
+        __import__("interactions.render.interaction_cards", fromlist=["x"]).feishu_card(ia),
         receive_id=CHAT,
     )
     approvals.attach_card(ia, entity)

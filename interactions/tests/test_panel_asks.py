@@ -1,4 +1,4 @@
-"""Panels and asks together (`interactions.panels` on `interactions.asks`, no monkeypatching):
+"""Panels and asks together (`interactions.panels.service` on `interactions.asks.service`, no monkeypatching):
 snapshot on connect, pushes of registrations and completions, answers from the panel accepted
 or rejected, presence, token revocation, and the failure modes B15 (channel over capacity)
 and B17 (events while a client reconnects)."""
@@ -14,8 +14,9 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from botadmin import services
-from interactions import asks, panels
+from interactions.asks import service as asks
 from interactions.models import Ask, PanelPresence
+from interactions.panels import service as panels
 from interactions.tests.panel_helpers import *  # noqa: F403
 from interactions.tests.panel_helpers import (
     QUESTIONS,
@@ -158,7 +159,7 @@ async def test_timeout_and_cancel_reach_the_panel_with_their_reason(panel_user):
     await db(asks.cancel_ask)(ask1)
     assert await receive(comm) == asks.cancelled_message(ask1.public_id, "cancelled")
     await db(Ask.objects.filter(pk=ask2.pk).update)(expires_at=timezone.now())
-    from interactions import approvals
+    from interactions.approvals import service as approvals
 
     await db(approvals.expire_due)()
     assert await receive(comm) == asks.cancelled_message(ask2.public_id, "timeout")

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import progress_cards
 from interactions.lark.cardjson import validate_card
 from interactions.models import Ask, Interaction, ProgressSession
+from interactions.render import progress_cards
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION, forms_of
 
 

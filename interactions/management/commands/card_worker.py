@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from interactions import approvals, cardworker, inbound
+from interactions.approvals import service as approvals
+from interactions.callbacks import inbound
+from interactions.cardqueue import worker as cardworker
 from plumbing.workqueue import WorkerLoop
 
 

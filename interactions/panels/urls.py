@@ -1,9 +1,9 @@
-"""URL routes of desktop tokens and the web question panel (`interactions.panel_views`);
+"""URL routes of desktop tokens and the web question panel (`interactions.panels.views`);
 the WebSocket route `/ws/panel/` is in `interactions.routing`."""
 
 from django.urls import path
 
-from interactions import panel_views as pv
+from interactions.panels import views as pv
 
 urlpatterns = [
     path("api/v1/desktop-tokens", pv.DesktopTokensView.as_view(), name="desktop-tokens"),

@@ -7,7 +7,7 @@
     enqueue_render(entity, "progress", version=state_version)           # rendered at apply time
 
 Updates are rows of the durable queue `CardUpdate` (built on `plumbing.workqueue`), applied
-by `manage.py card_worker` (`interactions.cardworker`): coalesced per card, strictly increasing
+by `manage.py card_worker` (`interactions.cardqueue.worker`): coalesced per card, strictly increasing
 CardKit `sequence`, ≤ 5 updates per second per message, retried with backoff.
 
 **Answer first.** Feishu applies nothing sent before a callback's answer (feishu.md §2). The

@@ -1,5 +1,5 @@
 """From a verified Feishu payload to handlers and back to an answer — shared by the HTTP ingress
-(`interactions.lark.ingress`) and the long connection (`interactions.lark.ws`).
+(`interactions.channels.feishu.ingress`) and the long connection (`interactions.channels.feishu.ws`).
 
 `handle_card_action(bot, payload)` → answer dict, always within the budget:
 
@@ -7,17 +7,17 @@
    events in `EVENT_POOL`) with its own database connection, so neither a request thread nor
    the long connection's event loop does ORM work (feishu.md §4 gotcha 9); the HTTP ingress's
    ASGI route runs the whole request in a `POOL` thread (`run_in_worker`);
-2. dedupe: `interactions.inbound.claim_event` on `header.event_id`; a repeat gets the first
+2. dedupe: `interactions.callbacks.inbound.claim_event` on `header.event_id`; a repeat gets the first
    answer's toast or an info toast, and no handler runs again (B06);
 3. a payload with a NUL character or a lone surrogate anywhere is refused (warning toast,
    nothing written: PostgreSQL text cannot hold a NUL, UTF-8 no lone surrogate); the callback
    value (`action.value`, object or JSON
    string) picks the handler by `kind`
-   (`interactions.registry`); unknown kind → warning toast; a handler that raises → error
+   (`interactions.callbacks.registry`); unknown kind → warning toast; a handler that raises → error
    toast with the traceback logged; never a 500 (B07);
 4. an answer card that fails `validate_card` is dropped from the answer (toast only) and queued
    as a card update to apply after the answer (B12);
-5. updates the handler enqueues are held until the answer was sent (`interactions.cards`); the
+5. updates the handler enqueues are held until the answer was sent (`interactions.cardqueue.service`); the
    transport calls `take_after_answer()` and runs it once the answer left;
 6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.5) the answer is an info toast while the handler
    finishes in its thread.
@@ -41,7 +41,8 @@ from django.conf import settings
 from django.db import connections
 from django.utils.translation import gettext_lazy as _
 
-from interactions import cards, inbound, registry
+from interactions.callbacks import inbound, registry
+from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
 from plumbing.db.sqlite3.base import keep_connections_in_this_thread
 from plumbing.parsers import contains_unstorable
@@ -98,7 +99,7 @@ def _toast(type_: str, message) -> dict[str, Any]:
 
 def run_in_worker(fn, *args):
     """Run `fn(*args)` in this `POOL` thread for a transport that enforces `budget()` itself
-    (`interactions.lark.asgi`): `handle_card_action` / `handle_event` called inside do their
+    (`interactions.channels.feishu.asgi`): `handle_card_action` / `handle_event` called inside do their
     work inline instead of handing it to a second thread. The transport owns the database
     connections of this thread (closes them when done)."""
     reset = _in_worker.set(True)

@@ -1,6 +1,6 @@
 """Desktop tokens over the bot API and the web question panel `/panel/` (parse, authorize,
 call, serialize; token state changes are `botadmin.services.issue_desktop_token` /
-`revoke_desktop_token`, the panel protocol is `interactions.panels`).
+`revoke_desktop_token`, the panel protocol is `interactions.panels.service`).
 
 - `POST /api/v1/desktop-tokens` `{open_id, label}` → 201 with the raw token (shown once).
 - `GET /api/v1/desktop-tokens?open_id=…&active=true` — the bot's tokens (never the raw value).
@@ -30,7 +30,7 @@ from rest_framework.views import APIView
 from botadmin import services
 from botadmin.auth import IsBot
 from botadmin.models import DesktopToken
-from interactions import panels
+from interactions.panels import service as panels
 from plumbing.api import ApiError
 
 log = logging.getLogger(__name__)

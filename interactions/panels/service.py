@@ -1,7 +1,7 @@
 """Question panels: desktop and web clients of `/ws/panel/` that show a user's pending
 ask_user_questions and answer them (issue 7 parts 4–5).
 
-What lives here (the consumer, `interactions.consumers.PanelConsumer`, only parses and calls):
+What lives here (the consumer, `interactions.panels.consumer.PanelConsumer`, only parses and calls):
 
 - **Authentication.** A panel connects as one Feishu user (`open_id` of a bot) with a desktop
   token (`botadmin.models.DesktopToken`, `cdt_…`), given either as `Authorization: Bearer
@@ -23,7 +23,7 @@ What lives here (the consumer, `interactions.consumers.PanelConsumer`, only pars
   silently past a channel's capacity (B15), and a client may be reconnecting (B17).
 - **Resync — correctness never relies on a push.** On every connect, on a client's
   `{"type": "sync"}`, and every `CARDLOOP_PANEL_RESYNC` s the panel's state is read from the
-  database (`interactions.asks.open_asks_for`) and, when it differs from what the panel was
+  database (`interactions.asks.service.open_asks_for`) and, when it differs from what the panel was
   sent (or always, on connect and on request), a fresh snapshot is sent: a `snapshot`
   envelope `{"type": "snapshot", "requestIds": [...], "serverTime", "resyncSeconds"}` (the
   client drops every question not listed) followed by one `ask_user_questions` message per
@@ -112,8 +112,8 @@ def group_for(bot: Bot | int, open_id: str) -> str:
 
 
 def _asks():
-    """`interactions.asks` (the asks engineer's contract module), imported when first used."""
-    from interactions import asks
+    """`interactions.asks.service` (the asks engineer's contract module), imported when first used."""
+    from interactions.asks import service as asks
 
     return asks
 

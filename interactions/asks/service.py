@@ -19,7 +19,7 @@ recovering).
 renders the session and its pending asks at send time (`render_card_entity`), so an update
 that is late, retried or coalesced can never bring back an answered form.
 
-**Contract with the panel** (`interactions.panels`): `open_asks_for`, `panel_message`,
+**Contract with the panel** (`interactions.panels.service`): `open_asks_for`, `panel_message`,
 `cancelled_message`, `submit_answers` (see each docstring; DEVELOPING.md "Progress cards and
 asks").
 
@@ -49,8 +49,11 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from interactions import approvals, cards, panels, progress_cards
+from interactions.approvals import service as approvals
+from interactions.cardqueue import service as cards
 from interactions.models import Ask, CardEntity, Interaction, ProgressSession
+from interactions.panels import service as panels
+from interactions.render import progress_cards
 from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
@@ -798,7 +801,7 @@ def on_ask_action(action):
     covers everyone else. Unknown or finished asks get "问题已失效" and the current card
     (without that form).
     """
-    from interactions.registry import Answer
+    from interactions.callbacks.registry import Answer
 
     value = action.value
     session = _card_of(action)
@@ -843,7 +846,7 @@ def on_progress_action(action):
       Cardloop stops nothing: the backend reads `cancel_requested` from its progress calls.
     - `details`: a toast with the session's status and how many questions are open.
     """
-    from interactions.registry import Answer
+    from interactions.callbacks.registry import Answer
 
     session = _card_of(action)
     if session is None:

@@ -3,7 +3,7 @@
 The raw body and headers go to lark-oapi's `EventDispatcherHandler` (subclassed here), with the
 bot's Encrypt Key and Verification Token from `webhook_credentials_provider`. lark-oapi
 decrypts, checks the token, answers url_verification and dispatches; Cardloop's processors
-hand the verified payload to `interactions.lark.dispatcher`. What Cardloop changes:
+hand the verified payload to `interactions.callbacks.dispatcher`. What Cardloop changes:
 
 - every answer is JSON (`Content-Type: application/json`), never lark-oapi's 500:
   bad token / signature → 401, undecryptable or malformed → 400, unknown app_id → 404,
@@ -40,8 +40,8 @@ from lark_oapi.core.exception import AccessDeniedException, NoAuthorizationExcep
 from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 
 from botadmin.models import Bot
-from interactions import inbound
-from interactions.lark import dispatcher, signing
+from interactions.callbacks import dispatcher, inbound
+from interactions.lark import signing
 from plumbing.db.rows import quoted_table
 from plumbing.parsers import ascii_int, loads_untrusted
 
@@ -74,7 +74,7 @@ _lark_failures: ContextVar[list[str] | None] = ContextVar("lark_ingress_failures
 
 #: Source folders of Cardloop's own code (a failure raised there is a bug: keep its traceback).
 _OWN_CODE = tuple(
-    str(Path(__file__).resolve().parents[2] / app)
+    str(Path(__file__).resolve().parents[3] / app)
     for app in ("botadmin", "interactions", "feedback")
 )
 

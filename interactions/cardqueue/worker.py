@@ -77,7 +77,7 @@ def apply_update(row: CardUpdate, token: str) -> str:
     card = CardEntity.objects.select_related("bot").get(pk=row.card_id)
     if row.renderer:  # rendered now, from the current state (cards.enqueue_render)
         try:
-            from interactions.cards import render_now
+            from interactions.cardqueue.service import render_now
 
             rendered = render_now(card, row.renderer)
         except Exception as exc:  # noqa: BLE001 - a renderer bug must not lose the update

@@ -1,4 +1,4 @@
-"""Bot API of progress cards and asks (issue 7): parse, authorize, call `interactions.asks`,
+"""Bot API of progress cards and asks (issue 7): parse, authorize, call `interactions.asks.service`,
 serialize.
 
 - `PUT /api/v1/sessions/<session_id>/progress` — the progress state; the first call sends the
@@ -23,8 +23,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from botadmin.auth import IsBot
-from interactions import asks, channels
-from interactions.interaction_views import MAX_WAIT, wait_for_final
+from interactions.api.interactions import MAX_WAIT, wait_for_final
+from interactions.asks import service as asks
+from interactions.channels import kinds as channels
 from interactions.models import ProgressSession
 from plumbing.api import ApiError
 from plumbing.asyncapi import AsyncAPIView

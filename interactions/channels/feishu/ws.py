@@ -27,9 +27,9 @@ import lark_oapi.ws.client as ws_client_module
 from lark_oapi.ws.const import HEADER_TYPE
 from lark_oapi.ws.enum import MessageType
 
-from interactions.lark import dispatcher
+from interactions.callbacks import dispatcher
+from interactions.channels.feishu.ingress import CardloopEventDispatcher
 from interactions.lark.client import domain_for
-from interactions.lark.ingress import CardloopEventDispatcher
 
 log = logging.getLogger(__name__)
 

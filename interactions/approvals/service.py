@@ -47,9 +47,12 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
 from botadmin.services import effective_policy_for
-from interactions import cards, channels, events, interaction_cards
-from interactions.interaction_cards import ALWAYS, APPROVE, DENY, SUBMIT
+from interactions import events
+from interactions.cardqueue import service as cards
+from interactions.channels import kinds as channels
 from interactions.models import ApprovalRule, CardEntity, Interaction
+from interactions.render import interaction_cards
+from interactions.render.interaction_cards import ALWAYS, APPROVE, DENY, SUBMIT
 from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
@@ -520,7 +523,7 @@ def notify_waiters(public_id: str) -> None:
 
 def find(bot: Bot, public_id: str) -> Interaction | None:
     """The interaction `public_id` of `bot`, or None. Asks are not found here: they are
-    answered only through `interactions.asks` (their own validation and card)."""
+    answered only through `interactions.asks.service` (their own validation and card)."""
     if not public_id or not isinstance(public_id, str):
         return None
     return (
@@ -731,7 +734,7 @@ def rule_json(rule: ApprovalRule) -> dict[str, Any]:
 
 def on_card_action(action):
     """Registry handler of `{"kind": "interaction", "interaction_id", "action_id",
-    "action_value"}` clicks and form submits (`interactions.registry.CardAction`).
+    "action_value"}` clicks and form submits (`interactions.callbacks.registry.CardAction`).
 
     The operator comes from the verified callback and must be allowed; the click's chat must
     be the interaction's. Unknown / expired / already-handled ids and unknown actions get a
@@ -739,7 +742,7 @@ def on_card_action(action):
     click answers a success toast plus the final card (Cardloop owns the whole card); the
     queued update (held until this answer was sent) covers the other viewers.
     """
-    from interactions.registry import Answer
+    from interactions.callbacks.registry import Answer
 
     value = action.value
     ia = find(action.bot, str(value.get("interaction_id") or ""))

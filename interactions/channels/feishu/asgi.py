@@ -16,7 +16,7 @@ callback. `LarkCallbackApp` therefore answers exactly that route itself and hand
    so cap request sizes at the proxy in front as well);
 3. one hop to a handler thread (`dispatcher.POOL`, through `dispatcher.run_in_worker`), which
    sends Django's `request_started` signal and calls the same view Django routes to,
-   `interactions.lark.ingress.callback`, with an `ASGIRequest` (so headers, `request.body` and
+   `interactions.channels.feishu.ingress.callback`, with an `ASGIRequest` (so headers, `request.body` and
    the answer are exactly what Django would produce); the dispatcher runs the handler in that
    same thread, and the event loop keeps the budget: past `dispatcher.budget()` (2.5 s) the
    answer is the "still working" info toast while the thread finishes;
@@ -47,7 +47,8 @@ from django.db import connections
 from django.http import HttpResponseBase
 from django.http.request import split_domain_port, validate_host
 
-from interactions.lark import dispatcher, ingress
+from interactions.callbacks import dispatcher
+from interactions.channels.feishu import ingress
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class LarkCallbackApp:
     every other HTTP request (and every other scope type) goes to `app` unchanged.
 
     Errors: a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` → 413 `{"error": "too_large"}`; the
-    view's own answers otherwise (see `interactions.lark.ingress`).
+    view's own answers otherwise (see `interactions.channels.feishu.ingress`).
     """
 
     def __init__(self, app):

@@ -1,5 +1,5 @@
 """Bot API of interactions, approval rules and session capabilities (parse, authorize, call,
-serialize; the state changes are in `interactions.approvals`).
+serialize; the state changes are in `interactions.approvals.service`).
 
 - `POST /api/v1/interactions` — record, render and send (Feishu) or return the text fallback.
 - `GET /api/v1/interactions/<id>?wait=<0..60>` — state; long-polls until final (async view:
@@ -31,8 +31,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from botadmin.auth import IsBot
-from interactions import approvals, channels, interaction_cards, textcommands
+from interactions.approvals import service as approvals
+from interactions.approvals import textcommands
+from interactions.channels import kinds as channels
 from interactions.models import Interaction
+from interactions.render import interaction_cards
 from plumbing.api import ApiError
 from plumbing.asyncapi import AsyncAPIView
 

@@ -89,7 +89,7 @@ def finish_event(row: InboundEvent, answer: dict[str, Any] | None) -> None:
 def duplicate_answer(row: InboundEvent) -> dict[str, Any]:
     """The answer for a repeated delivery of `row`'s event: the first answer's toast, or an
     info toast while the first delivery is still being handled."""
-    from interactions.registry import Toast
+    from interactions.callbacks.registry import Toast
 
     row.refresh_from_db(fields=["status", "answer"])
     if row.status == InboundEvent.Status.ANSWERED:

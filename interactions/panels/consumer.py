@@ -1,5 +1,5 @@
 """WebSocket consumers of the interactions app. Thin: the protocol, authentication, presence
-and resync rules are in `interactions.panels` (read its docstring for the message table)."""
+and resync rules are in `interactions.panels.service` (read its docstring for the message table)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import random
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from interactions import panels
+from interactions.panels import service as panels
 from plumbing.parsers import contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)
 
 
 class PanelConsumer(AsyncWebsocketConsumer):
-    """`/ws/panel/`: one question panel of one user (see `interactions.panels`)."""
+    """`/ws/panel/`: one question panel of one user (see `interactions.panels.service`)."""
 
     user: panels.PanelUser | None = None
     group: str = ""

@@ -18,8 +18,8 @@ from django.utils.translation import ngettext_lazy
 from botadmin import services
 from botadmin.admin import HashedTokenAdmin
 from botadmin.models import DesktopToken
-from interactions import panels
 from interactions.models import PanelPresence
+from interactions.panels import service as panels
 from plumbing.admin import two_way_filter
 
 
@@ -116,6 +116,7 @@ LiveFilter = two_way_filter(
     ("live", _("live"), lambda qs: qs.live()),
     ("expired", _("expired (process gone)"), lambda qs: qs.expired()),
 )
+
 
 @admin.register(PanelPresence)
 class PanelPresenceAdmin(admin.ModelAdmin):

@@ -12,7 +12,7 @@ Two ways in, one function (`handle`):
 
 `<value>` is an action value, an action id or its number in the text fallback; free text for
 `command` interactions; `name=value; name2=value` for forms. Validation (id, state, expiry,
-sender, chat, action) is `interactions.approvals.answer`: nothing is written on a refusal.
+sender, chat, action) is `interactions.approvals.service.answer`: nothing is written on a refusal.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext_lazy as _
 
-from interactions import approvals
-from interactions.interaction_cards import COMMAND
+from interactions.approvals import service as approvals
 from interactions.models import Interaction
+from interactions.render.interaction_cards import COMMAND
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def bilingual(text) -> str:
 
 
 def on_message(event) -> None:
-    """Registry handler of Feishu `im.message.receive_v1` (`interactions.registry.LarkEvent`):
+    """Registry handler of Feishu `im.message.receive_v1` (`interactions.callbacks.registry.LarkEvent`):
     a text message from a user that starts with `/_interaction` is handled like the API's
     text command, and the sender gets a text reply (in zh-hans and English) — except for
     unknown ids and incomplete commands (`SILENT_IN_CHATS`), which may be meant for another

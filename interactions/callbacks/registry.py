@@ -2,7 +2,7 @@
 
 Register from your app's `AppConfig.ready()` (this module is cheap to import: no lark-oapi):
 
-    from interactions import registry
+    from interactions.callbacks import registry
 
     def on_feedback(action: registry.CardAction) -> registry.Answer | None:
         ...                                  # verify, record (one transaction), enqueue updates
@@ -16,7 +16,7 @@ Card actions (`card.action.trigger`): the callback value is read from `event.act
 gets a `CardAction` and returns an `Answer` (toast and/or a full raw 2.0 card), a plain answer
 dict, or None (answered `{}`). It runs in a worker thread with its own database connection,
 inside the dispatcher's budget (`CARDLOOP_CALLBACK_BUDGET`, 2.5 s); see
-`interactions.lark.dispatcher` for what happens on unknown kinds, exceptions and overruns.
+`interactions.callbacks.dispatcher` for what happens on unknown kinds, exceptions and overruns.
 
 Events (everything that is not a card action, e.g. `im.message.receive_v1`): every handler
 registered for the `event_type` is called with a `LarkEvent`; Feishu always gets its JSON ack.
