@@ -1,10 +1,12 @@
 """Admin of the interactions app.
 
-Interactions (issue 6) are read-only here (filter by status, kind, bot); "always" approval
+Interactions are read-only here (filter by status, kind, bot); "always" approval
 rules can be listed and revoked — the action calls `interactions.approvals.service.revoke_rule`.
 Nothing secret is shown: interactions and rules hold ids, the question and the resolution.
-Progress sessions and asks (issue 7) are read-only lists with filters; the text people typed
-as answers is not shown (only who answered, how and when).
+Progress sessions and asks are read-only lists with filters; the text people typed
+as answers is not shown (only who answered, how and when). Desktop tokens and panel
+connections are registered by `interactions.panels.admin` (imported here for Django's admin
+autodiscovery).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from interactions.approvals import service as approvals
+from interactions.asks.service import cancel_reason
 from interactions.models import ApprovalRule, Ask, Interaction, ProgressSession
+from interactions.panels import admin as panel_admin  # noqa: F401 - registers its admins
 from plumbing.admin import ReadOnlyAdmin, two_way_filter
 
 
@@ -208,8 +212,6 @@ class AskAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("reason"))
     def reason(self, obj: Ask) -> str:
-        from interactions.asks.service import cancel_reason
-
         return "—" if obj.status == Interaction.Status.PENDING else cancel_reason(obj)
 
     @admin.display(description=_("questions"))
@@ -278,7 +280,3 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
     @admin.display(description=_("tool lines"))
     def tool_lines_pretty(self, obj: ProgressSession):
         return _pre(obj.tool_lines)
-
-
-# Desktop tokens and panel connections (question panels, issue 7).
-from interactions.panels import admin as panel_admin  # noqa: E402,F401

@@ -1,105 +1,59 @@
-"""Interactions (approvals, quick replies, forms, typed commands): every state change.
+"""Approvals, quick replies, forms and typed commands: creating, sending and answering them.
 
     ia, created = create_interaction(bot, kind="approval", channel="feishu", chat_id="oc_…",
                                      requester_open_id="ou_…", title="Run rm?", tool="bash")
     ia = send_to_chat(ia)                       # Feishu: card sent, message recorded
     outcome = answer(ia, choice="approve", via="card", operator="ou_…", chat_id="oc_…")
-    outcome = cancel(ia)                        # or: expire_due() from the card worker
     rule = check_rule(bot, "bash", session_id="s1", chat_id="oc_…")
 
-**One function changes state**: `resolve()` runs a single conditional
-`UPDATE … SET status=… WHERE id=… AND status='pending'` in one transaction with the
-`interaction.resolved` event (stable id from the interaction id), the "always" rule and the
-final card update. Whatever path comes first — card click, text command, API, timeout,
-cancel — wins; every later path gets `Outcome(won=False)` carrying the winner's resolution.
-On PostgreSQL a concurrent UPDATE waits for the first one's row lock and then re-checks the
-WHERE clause (zero rows); on SQLite writers serialize (`BEGIN IMMEDIATE`).
-
-Answers are validated before anything is written (`Refused(code)`): the interaction must
-exist, be pending and not past `expires_at`, the chat must match, the operator must be allowed
-(the allow-list, else the requester), and the choice must be one of the interaction's actions —
-an unknown action value is refused, never turned into a denial (botmux.md §B.1, zeroclaw
-`unknown_lark_decision_cannot_become_an_operator_denial`). Timeouts resolve an approval as
-*deny* with `via: timeout` (status `expired`).
-
-Waiters (`GET /api/v1/interactions/<id>?wait=`) are woken through the channel layer after
-commit (`notify_waiters`); the database stays the truth.
+The state change itself (`resolve`, `cancel`, `expire_due`) is the one lifecycle of
+`interactions.lifecycle.resolve`; this module validates answers before anything is written
+(`Refused(code)`): the interaction must exist, be pending and not past `expires_at`, the chat
+must match, the operator must be allowed (the allow-list, else the requester), and the choice
+must be one of the interaction's actions — an unknown action value is refused, never turned
+into a denial.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import logging
 import re
 import secrets
-import threading
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from botadmin.services import effective_policy_for
-from interactions import events
+from interactions import channels
 from interactions.cardqueue import service as cards
-from interactions.channels import kinds as channels
+from interactions.channels import kinds
+from interactions.lifecycle.resolve import (
+    FINAL_VERSION,
+    MAX_TIMEOUT,
+    MIN_TIMEOUT,
+    REFUSALS,
+    Outcome,
+    Refused,
+    lazy_format,
+    resolve,
+)
 from interactions.models import ApprovalRule, CardEntity, Interaction
 from interactions.render import interaction_cards
-from interactions.render.interaction_cards import ALWAYS, APPROVE, DENY, SUBMIT
+from interactions.render.interaction_cards import ALWAYS, APPROVE, SUBMIT
 from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
 
-#: Bounds of a per-request timeout (seconds); the default is `CARDLOOP_INTERACTION_TIMEOUT`.
-MIN_TIMEOUT = 10
-MAX_TIMEOUT = 3600
 #: Longest question (characters) and typed answer accepted.
-MAX_BODY = 4000
+MAX_BODY = Interaction.MAX_BODY
 MAX_TEXT_ANSWER = 1000
-#: Card state versions (`cards.enqueue_card(version=…)`): the final card can never be
-#: overtaken by an older pending rendering.
-PENDING_VERSION = 1
-FINAL_VERSION = 2
-#: Prefix of channel-layer groups that wake long-polls.
-GROUP_PREFIX = "interaction."
 
 S = Interaction.Status
 V = Interaction.Via
-
-#: Why an answer was refused → the message shown (toast in Feishu, reply text elsewhere).
-REFUSALS = {
-    "unknown_interaction": _("This request was not found."),
-    "expired": _("This request has expired."),
-    "already_final": _("This request was already handled."),
-    "not_allowed": _("Only the person who was asked can answer this."),
-    "wrong_chat": _("This request belongs to another chat."),
-    "unknown_action": _("That option is not available for this request."),
-    "invalid_form": _("Some answers are missing or not allowed."),
-    "empty_answer": _("The answer is empty."),
-    "malformed": _("Usage: /_interaction <id> <value>"),
-}
-
-
-class Refused(Exception):
-    """An answer was refused and nothing was written. `code` is a key of `REFUSALS`;
-    `interaction` the row concerned (None when unknown); `fields` names bad form fields."""
-
-    def __init__(self, code: str, interaction: Interaction | None = None, fields=()):
-        super().__init__(code)
-        self.code = code
-        self.interaction = interaction
-        self.fields = list(fields)
-
-    @property
-    def message(self):
-        return REFUSALS[self.code]
 
 
 class SendFailed(Exception):
@@ -114,17 +68,6 @@ class SendFailed(Exception):
         self.msg = msg
         self.log_id = log_id
         self.problems = list(problems)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Result of a resolution attempt: `won` is True for the one attempt that changed the
-    state; otherwise `interaction` carries what won (status and resolution). `rule` is the
-    approval rule an "always" answer recorded."""
-
-    won: bool
-    interaction: Interaction
-    rule: ApprovalRule | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +114,7 @@ def create_interaction(
     ValueError for an unknown channel or kind, or an empty operator list, and
     `RequestIdTaken` when `request_id` is an ask's idempotency key.
     """
-    channel_kind = channels.normalize(channel)
+    channel_kind = kinds.normalize(channel)
     if channel_kind is None:
         raise ValueError(f"unknown channel kind {channel!r}")
     if kind not in Interaction.Kind.values:
@@ -252,21 +195,23 @@ def _same_request(
 
 
 def send_to_chat(ia: Interaction) -> Interaction:
-    """Render `ia` as a Feishu card and send it to its chat (CardKit entity, `uuid` = the
-    interaction id so a retried send is deduplicated by Feishu), then record the message.
+    """Render `ia` for its channel and send it to its chat (Feishu: a CardKit entity, `uuid` =
+    the interaction id so a retried send is deduplicated by Feishu), then record the message.
     Channels without buttons are not sent (the API returns the text fallback). Network I/O;
     call it outside any transaction.
 
     Raises `SendFailed` after recording the interaction as cancelled (reason `send_failed`),
     so a failed send never leaves a live pending interaction nobody can answer.
     """
+    # imported here: lark-oapi takes seconds to import, and every process imports this module
     from interactions.lark.client import LarkApiError
 
-    if not channels.capabilities(ia.channel).buttons or ia.card_id or ia.is_final:
+    channel = channels.get(ia.channel)
+    if not channel.capabilities.buttons or ia.card_id or ia.is_final:
         return ia
-    card = interaction_cards.feishu_card(ia)
+    card = channel.render_interaction(ia)
     try:
-        entity = cards.send_card(
+        entity = channel.send(
             ia.bot, card, receive_id=ia.chat_id, uuid=ia.public_id, purpose="interaction"
         )
     except cards.InvalidCard as exc:
@@ -313,211 +258,13 @@ def attach_card(ia: Interaction, entity: CardEntity) -> Interaction:
         locked.open_message_id = entity.open_message_id
         locked.save(update_fields=["card", "open_message_id"])
         if locked.is_final:
-            cards.enqueue_card(entity, interaction_cards.feishu_card(locked), version=FINAL_VERSION)
+            channel = channels.get(locked.channel)
+            channel.update(entity, channel.render_interaction(locked), version=FINAL_VERSION)
     return locked
 
 
 # ---------------------------------------------------------------------------------------------
-# The one state change
-# ---------------------------------------------------------------------------------------------
-
-
-#: Per-kind hooks run by `resolve()` for the winner, inside its transaction:
-#: kind → fn(interaction) (asks: re-render the progress card, tell panels on commit).
-_resolution_hooks: dict[str, Any] = {}
-
-
-def register_resolution_hook(kind: str, fn) -> None:
-    """Run `fn(interaction)` inside the winning `resolve()` transaction of every interaction of
-    `kind`, instead of queueing `interaction_cards.feishu_card` (the kind owns its card).
-    Use `transaction.on_commit` inside `fn` for anything that must wait for the commit."""
-    _resolution_hooks[kind] = fn
-
-
-def stable_event_id(public_id: str) -> str:
-    """`evt_` + 32 hex of sha256(["interaction.resolved", public_id]): one event per
-    interaction, whatever path resolved it."""
-    digest = hashlib.sha256(
-        json.dumps(["interaction.resolved", public_id], separators=(",", ":")).encode()
-    ).hexdigest()
-    return f"evt_{digest[:32]}"
-
-
-def resolve(
-    ia: Interaction | int,
-    *,
-    status: str,
-    via: str,
-    action_id: str = "",
-    value: Any = None,
-    operator: str = "",
-    reason: str = "",
-    now: datetime | None = None,
-) -> Outcome:
-    """Move a pending interaction to `status` (resolved | expired | cancelled) — the only
-    function that changes an interaction's state.
-
-    In one transaction: the conditional UPDATE (`WHERE status='pending'`), then for the
-    winner the `interaction.resolved` event, the "always" approval rule, and the final card
-    queued (version FINAL_VERSION, after the callback answer when inside one). Waiters are
-    woken after commit. Returns `Outcome(won, interaction, rule)`; a loser's `interaction`
-    holds the winner's resolution. Does not validate the choice: callers use `answer()`.
-    """
-    if status not in (S.RESOLVED, S.EXPIRED, S.CANCELLED):
-        raise ValueError(f"cannot resolve to {status!r}")
-    pk = ia.pk if isinstance(ia, Interaction) else int(ia)
-    now = now or timezone.now()
-    resolution = {
-        "action_id": action_id,
-        "value": value,
-        "operator": operator,
-        "via": via,
-        "at": now.isoformat(),
-    }
-    if reason:
-        resolution["reason"] = reason
-    with transaction.atomic():
-        won = (
-            Interaction.objects.filter(pk=pk, status=S.PENDING).update(
-                status=status, resolution=resolution, resolved_at=now
-            )
-            == 1
-        )
-        current = Interaction.objects.select_related("bot", "card").get(pk=pk)
-        if not won:
-            return Outcome(False, current)
-        rule = None
-        if current.kind == Interaction.Kind.APPROVAL and action_id == ALWAYS:
-            rule = _record_rule(current, operator, now)
-        events.emit(
-            "interaction.resolved",
-            stable_event_id(current.public_id),
-            resolved_event_data(current, rule),
-            bot=current.bot,
-            team=effective_policy_for(current.bot, current.chat_id).team,
-            time=now,
-        )
-        hook = _resolution_hooks.get(current.kind)
-        if hook is not None:
-            hook(current)
-        elif current.card is not None:
-            cards.enqueue_card(
-                current.card, interaction_cards.feishu_card(current), version=FINAL_VERSION
-            )
-        transaction.on_commit(functools.partial(notify_waiters, current.public_id))
-    log.info("interaction %s %s via %s", current.public_id, status, via)
-    return Outcome(True, current, rule)
-
-
-def resolved_event_data(ia: Interaction, rule: ApprovalRule | None = None) -> dict[str, Any]:
-    """`data` of `interaction.resolved` (pure): ids, kind, channel, final status and the
-    resolution `{action_id, value, operator, via, at}` — a quick reply's or form's value
-    reaches the backend here. Never the question text."""
-    resolution = ia.resolution or {}
-    data: dict[str, Any] = {
-        "interaction_id": ia.public_id,
-        "kind": ia.kind,
-        "status": ia.status,
-        "bot_app_id": ia.bot.app_id,
-        "channel": ia.channel,
-        "chat_id": ia.chat_id,
-        "session_id": ia.session_id or None,
-        "request_id": ia.request_id or None,
-        "tool": ia.tool or None,
-        "platform_message_id": ia.open_message_id or None,
-        "resolution": {
-            "action_id": resolution.get("action_id") or None,
-            "value": resolution.get("value"),
-            "operator": resolution.get("operator") or None,
-            "via": resolution.get("via"),
-            "at": resolution.get("at"),
-        },
-    }
-    if resolution.get("reason"):
-        data["resolution"]["reason"] = resolution["reason"]
-    if rule is not None:
-        data["rule"] = rule_json(rule)
-    return data
-
-
-def _record_rule(ia: Interaction, operator: str, now: datetime) -> ApprovalRule:
-    scope = ia.always_scope or Interaction.Scope.CHAT
-    if scope == Interaction.Scope.SESSION and not ia.session_id:
-        scope = Interaction.Scope.CHAT
-    key = {
-        "bot": ia.bot,
-        "tool": ia.tool,
-        "scope": scope,
-        "session_id": ia.session_id if scope == Interaction.Scope.SESSION else "",
-        "chat_id": ia.chat_id if scope == Interaction.Scope.CHAT else "",
-    }
-    existing = ApprovalRule.objects.active().filter(**key).first()
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            return ApprovalRule.objects.create(
-                **key, interaction=ia, granted_by=operator, created_at=now
-            )
-    except IntegrityError:  # another approval recorded the same rule concurrently
-        return ApprovalRule.objects.active().get(**key)
-
-
-#: Long-polls waiting in this process: public_id → {(event loop, asyncio.Event)}.
-_local_waiters: dict[str, set[tuple[Any, Any]]] = {}
-_local_lock = threading.Lock()
-
-
-def add_local_waiter(public_id: str, loop, event) -> None:
-    """Register an `asyncio.Event` (set on `loop`) to wake when `public_id` is resolved in
-    this process."""
-    with _local_lock:
-        _local_waiters.setdefault(public_id, set()).add((loop, event))
-
-
-def remove_local_waiter(public_id: str, loop, event) -> None:
-    with _local_lock:
-        waiters = _local_waiters.get(public_id)
-        if waiters is not None:
-            waiters.discard((loop, event))
-            if not waiters:
-                del _local_waiters[public_id]
-
-
-def channel_layer_for_waiters():
-    """The channel layer that reaches waiters in other processes (Redis), or None. The
-    in-memory layer reaches no other process, and in-process waiters are woken directly."""
-    from channels.layers import InMemoryChannelLayer, get_channel_layer
-
-    layer = get_channel_layer()
-    return None if layer is None or isinstance(layer, InMemoryChannelLayer) else layer
-
-
-def notify_waiters(public_id: str) -> None:
-    """Wake long-polls of `public_id`: those of this process directly (thread-safe), those
-    of other processes through the channel layer group. Best effort: a lost wake-up only
-    means the waiter finds the state at its next database poll."""
-    with _local_lock:
-        waiters = list(_local_waiters.get(public_id, ()))
-    for loop, event in waiters:
-        try:
-            loop.call_soon_threadsafe(event.set)
-        except RuntimeError:  # that loop is closed: its waiter is gone
-            pass
-    try:
-        layer = channel_layer_for_waiters()
-        if layer is not None:
-            from asgiref.sync import async_to_sync
-
-            async_to_sync(layer.group_send)(
-                GROUP_PREFIX + public_id, {"type": "interaction.resolved", "id": public_id}
-            )
-    except Exception:  # noqa: BLE001 - never fail a resolution for a wake-up
-        log.warning("interaction %s: could not notify waiters", public_id, exc_info=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Answers from people (card, text, API), cancel, timeout
+# Answers from people (card, text, API)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -567,7 +314,8 @@ def clean_form(ia: Interaction, submitted: dict[str, Any], *, prefixed: bool) ->
     """Validate submitted form values against `ia.fields` → `{field name: value}`.
 
     `prefixed`: keys are card component names (`f_<name>`, Feishu `form_value`) rather than
-    field names (typed). Unknown keys are ignored and not stored (B09). Raises
+    field names (typed). Unknown keys are ignored and never stored (only
+    the interaction's own fields are kept). Raises
     `Refused("invalid_form", fields=[…])` for a missing required field, a select value not
     among the options or text longer than the field allows; `Refused("empty_answer")` when
     every field is empty.
@@ -656,41 +404,6 @@ def answer(
     )
 
 
-def cancel(ia: Interaction, *, reason: str = "") -> Outcome:
-    """Cancel a pending interaction (`via: cancel`); a final one is reported as lost."""
-    return resolve(ia, status=S.CANCELLED, via=V.CANCEL, reason=reason)
-
-
-def expire(ia: Interaction, *, now: datetime | None = None) -> Outcome:
-    """Resolve `ia` as timed out: status `expired`, `via: timeout`; an approval is denied
-    (`action_id`/`value` "deny"), other kinds carry no value."""
-    if ia.kind == Interaction.Kind.APPROVAL:
-        return resolve(ia, status=S.EXPIRED, via=V.TIMEOUT, action_id=DENY, value=DENY, now=now)
-    return resolve(ia, status=S.EXPIRED, via=V.TIMEOUT, now=now)
-
-
-def expire_if_due(ia: Interaction, *, now: datetime | None = None) -> Interaction:
-    """`expire(ia)` when it is pending past `expires_at`; returns the current row."""
-    now = now or timezone.now()
-    if not ia.is_final and now >= ia.expires_at:
-        return expire(ia, now=now).interaction
-    return ia
-
-
-def expire_due(*, now: datetime | None = None, limit: int = 200) -> int:
-    """The sweeper (run by `card_worker` every period): expire up to `limit` pending
-    interactions past `expires_at`, each with its event and final card. Returns how many this
-    call expired (rows another path resolved first are not counted)."""
-    now = now or timezone.now()
-    count = 0
-    for ia in Interaction.objects.due_for_expiry(now).order_by("expires_at", "id")[:limit]:
-        if expire(ia, now=now).won:
-            count += 1
-    if count:
-        log.info("expired %d interaction(s)", count)
-    return count
-
-
 # ---------------------------------------------------------------------------------------------
 # "Always" rules
 # ---------------------------------------------------------------------------------------------
@@ -716,64 +429,6 @@ def revoke_rule(rule: ApprovalRule, *, now: datetime | None = None) -> bool:
     )
 
 
-def rule_json(rule: ApprovalRule) -> dict[str, Any]:
-    return {
-        "tool": rule.tool,
-        "scope": rule.scope,
-        "session_id": rule.session_id or None,
-        "chat_id": rule.chat_id or None,
-        "created_at": rule.created_at.isoformat(),
-        "interaction_id": rule.interaction.public_id if rule.interaction_id else None,
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Feishu card callbacks (registry kind "interaction")
-# ---------------------------------------------------------------------------------------------
-
-
-def on_card_action(action):
-    """Registry handler of `{"kind": "interaction", "interaction_id", "action_id",
-    "action_value"}` clicks and form submits (`interactions.callbacks.registry.CardAction`).
-
-    The operator comes from the verified callback and must be allowed; the click's chat must
-    be the interaction's. Unknown / expired / already-handled ids and unknown actions get a
-    toast and no write (an already-handled one also gets its final card back). A winning
-    click answers a success toast plus the final card (Cardloop owns the whole card); the
-    queued update (held until this answer was sent) covers the other viewers.
-    """
-    from interactions.callbacks.registry import Answer
-
-    value = action.value
-    ia = find(action.bot, str(value.get("interaction_id") or ""))
-    choice = str(value.get("action_value") or value.get("action_id") or "")
-    try:
-        outcome = answer(
-            ia,
-            choice=choice,
-            via=V.CARD,
-            operator=action.operator_open_id,
-            chat_id=action.open_chat_id or None,
-            form=action.form_value if ia is not None and ia.kind == Interaction.Kind.FORM else None,
-            form_prefixed=True,
-        )
-    except Refused as refused:
-        final = (
-            refused.interaction if refused.interaction and refused.interaction.is_final else None
-        )
-        card = interaction_cards.feishu_card(final) if final is not None else None
-        kind = "info" if refused.code in ("already_final", "expired") else "warning"
-        return getattr(Answer, kind)(refused.message, card=card)
-    if not outcome.won:
-        return Answer.info(
-            lost_message(outcome.interaction),
-            card=interaction_cards.feishu_card(outcome.interaction),
-        )
-    return Answer.success(
-        success_message(outcome), card=interaction_cards.feishu_card(outcome.interaction)
-    )
-
-
 def success_message(outcome: Outcome):
     """What the person who answered is told (toast or reply text)."""
     ia = outcome.interaction
@@ -789,12 +444,6 @@ def success_message(outcome: Outcome):
             return _("Approved.")
         return _("Denied.")
     return _("Answer recorded.")
-
-
-def lazy_format(message, **params):
-    """`message % params`, evaluated in whatever language is active when it is rendered
-    (so a toast gets both zh_cn and en_us)."""
-    return lazy(lambda: str(message) % {k: str(v) for k, v in params.items()}, str)()
 
 
 def lost_message(ia: Interaction):

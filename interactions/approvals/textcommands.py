@@ -22,9 +22,11 @@ import logging
 import re
 from dataclasses import dataclass
 
+from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from interactions.approvals import service as approvals
+from interactions.lifecycle.resolve import REFUSALS, Refused, lazy_format
 from interactions.models import Interaction
 from interactions.render.interaction_cards import COMMAND
 
@@ -43,7 +45,7 @@ MAX_TEXT = 4000
 class TextReply:
     """What a typed command led to. `handled`: the text was a `/_interaction` command at all
     (False: not for Cardloop, `text` empty); `ok`: this command resolved the interaction;
-    `code`: "resolved" or the refusal code (`approvals.REFUSALS`, plus "lost" when another
+    `code`: "resolved" or the refusal code (`REFUSALS`, plus "lost" when another
     path won meanwhile); `text`: the reply to show (lazy, renders in the active language);
     `interaction`: the row concerned (None when unknown)."""
 
@@ -89,13 +91,13 @@ def handle(bot, text: str, *, open_id: str, chat_id: str) -> TextReply:
         return TextReply(False, False, "not_a_command", "")
     public_id, value = parsed
     if not public_id or not value:
-        return TextReply(True, False, "malformed", approvals.REFUSALS["malformed"])
+        return TextReply(True, False, "malformed", REFUSALS["malformed"])
     ia = approvals.find(bot, public_id)
     try:
         outcome = approvals.answer(
             ia, choice=value, via=Interaction.Via.TEXT, operator=open_id, chat_id=chat_id
         )
-    except approvals.Refused as refused:
+    except Refused as refused:
         return TextReply(True, False, refused.code, _refusal_text(refused), refused.interaction)
     if not outcome.won:
         return TextReply(
@@ -106,9 +108,9 @@ def handle(bot, text: str, *, open_id: str, chat_id: str) -> TextReply:
     )
 
 
-def _refusal_text(refused: approvals.Refused):
+def _refusal_text(refused: Refused):
     if refused.code == "invalid_form" and refused.fields:
-        return approvals.lazy_format(
+        return lazy_format(
             _("Please check these answers: %(fields)s"), fields=", ".join(refused.fields)
         )
     return refused.message
@@ -116,8 +118,6 @@ def _refusal_text(refused: approvals.Refused):
 
 def bilingual(text) -> str:
     """A reply for a Feishu chat: the zh-hans text, then the English one when it differs."""
-    from django.utils import translation
-
     with translation.override("zh-hans"):
         zh = str(text)
     with translation.override("en"):
@@ -126,11 +126,12 @@ def bilingual(text) -> str:
 
 
 def on_message(event) -> None:
-    """Registry handler of Feishu `im.message.receive_v1` (`interactions.callbacks.registry.LarkEvent`):
-    a text message from a user that starts with `/_interaction` is handled like the API's
-    text command, and the sender gets a text reply (in zh-hans and English) — except for
-    unknown ids and incomplete commands (`SILENT_IN_CHATS`), which may be meant for another
-    bot in the chat. Other messages are ignored. Never logs the text or the sender."""
+    """Registry handler of Feishu `im.message.receive_v1`
+    (`interactions.callbacks.registry.LarkEvent`): a text message from a user that starts with
+    `/_interaction` is handled like the API's text command, and the sender gets a text reply
+    (in zh-hans and English) — except for unknown ids and incomplete commands
+    (`SILENT_IN_CHATS`), which may be meant for another bot in the chat. Other messages are
+    ignored. Never logs the text or the sender."""
     message = event.event.get("message") if isinstance(event.event, dict) else None
     sender = event.event.get("sender") if isinstance(event.event, dict) else None
     if not isinstance(message, dict) or not isinstance(sender, dict):
@@ -167,6 +168,7 @@ def on_message(event) -> None:
     message_id = message.get("message_id")
     if not message_id:
         return
+    # imported here: lark-oapi takes seconds to import, and a text command is rare
     from interactions.lark.client import LarkApiError, gateway_for
 
     try:

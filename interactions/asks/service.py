@@ -1,31 +1,26 @@
-"""Progress cards and asks (ask_user_questions, issue 7): every state change.
+"""Asks (ask_user_questions): register, answer, cancel, and the contract with the panels.
 
-    result = update_progress(bot, "sess_1", status="running", title="…", receive_id="oc_…")
     reg = register_ask(bot, "sess_1", questions=[…], requester_open_id="ou_…")  # or NoChannel
     outcome = submit_answers(bot, reg.ask.public_id, answers, via="card", operator_open_id="ou_…")
     cancel_ask(ask); invalidate_session_asks(bot, "sess_1", reason="recovering")
 
 **One first-answer-wins.** An ask is an `Interaction` of kind `ask` (`models.Ask`, a proxy):
-it is completed, expired (the `card_worker` sweeper `approvals.expire_due`) and cancelled only
-through `approvals.resolve()` — the one `UPDATE … WHERE status='pending'` with its
-`interaction.resolved` event and long-poll wake-up. `resolve()` calls this module's hook
-(`_on_resolved`) for the winner, inside its transaction: the session's progress card is
-re-rendered through the card queue, and on commit every panel of the requester is told
+it is completed, expired (the `card_worker` sweeper `lifecycle.resolve.expire_due`) and
+cancelled only through `interactions.lifecycle.resolve.resolve()` — the one
+`UPDATE … WHERE status='pending'` with its `interaction.resolved` event and long-poll wake-up.
+`resolve()` calls this module's hook (`on_resolved`, registered in `InteractionsConfig.ready()`)
+for the winner, inside its transaction: the session's progress card is re-rendered through the
+card queue (`interactions.asks.card`), and on commit every panel of the requester is told
 `ask_user_questions_cancelled` (reason answered | timeout | cancelled | session_ended |
 recovering).
 
-**The card is rendered from the database when it is applied.** Progress cards are queued with
-`cards.enqueue_render(card, "progress", version=session.state_version)`: the card worker
-renders the session and its pending asks at send time (`render_card_entity`), so an update
-that is late, retried or coalesced can never bring back an answered form.
-
 **Contract with the panel** (`interactions.panels.service`): `open_asks_for`, `panel_message`,
 `cancelled_message`, `submit_answers` (see each docstring; DEVELOPING.md "Progress cards and
-asks").
+asks"). Progress sessions themselves are `interactions.asks.progress`.
 
-Rules (DESIGN §3 "Questions", seed "飞书进度卡支持 ask_user_questions 作答"):
+Rules:
 - 1–4 questions, each single- or multi-select; sub-agents never ask (the view checks
-  `channels.session_capabilities`);
+  `channels.kinds.session_capabilities`);
 - an ask goes on the session's progress card when it is running (a form per request) and to
   the requester's connected panel; with neither, `NoChannel` is raised at once (no waiting);
 - only the requester may answer; single-select: the "other" text wins and clears the labels;
@@ -36,7 +31,6 @@ Rules (DESIGN §3 "Questions", seed "飞书进度卡支持 ask_user_questions �
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import secrets
 from dataclasses import dataclass
@@ -49,26 +43,20 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from interactions.approvals import service as approvals
-from interactions.cardqueue import service as cards
-from interactions.models import Ask, CardEntity, Interaction, ProgressSession
-from interactions.panels import service as panels
+from interactions.asks import card as session_card
+from interactions.lifecycle.resolve import MAX_TIMEOUT, MIN_TIMEOUT, Outcome, expire, resolve
+from interactions.models import Ask, Interaction, ProgressSession
+from interactions.panels import presence
 from interactions.render import progress_cards
 from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
 
-#: Default and bounds of an ask's timeout (seconds).
+#: Default of an ask's timeout (seconds); bounds MIN_TIMEOUT..MAX_TIMEOUT as interactions.
 DEFAULT_TIMEOUT = 15 * 60
-MIN_TIMEOUT = approvals.MIN_TIMEOUT
-MAX_TIMEOUT = approvals.MAX_TIMEOUT
 #: Limits of a request.
 MAX_QUESTIONS = 4
 MAX_CUSTOM_INPUT = 1000
-#: Name of the card-queue renderer of progress cards.
-RENDERER = "progress"
-#: A first send older than this is presumed crashed; the next PUT sends again.
-SENDING_STALE = timedelta(seconds=30)
 
 #: Why a panel loses an ask (`cancelled_message` reason).
 REASONS = ("answered", "timeout", "cancelled", "session_ended", "recovering")
@@ -77,7 +65,6 @@ CODES = ("", "unknown", "finished", "not_sender", "empty_answer", "invalid")
 
 S = Interaction.Status
 V = Interaction.Via
-PS = ProgressSession.Status
 
 
 class NoChannel(Exception):
@@ -120,26 +107,6 @@ class Registration:
     created: bool
     on_card: bool
     on_panel: bool
-
-
-@dataclass(frozen=True)
-class ProgressResult:
-    """`update_progress` result: the session, whether it was created / its card sent by this
-    call, and how many pending asks the new state invalidated."""
-
-    session: ProgressSession
-    created: bool
-    sent: bool
-    invalidated: int
-
-
-class SendFailed(Exception):
-    """The first send of a progress card failed (`code`, `msg`, `log_id` from Feishu,
-    `problems` from card validation); the state is kept and the next PUT sends again."""
-
-    def __init__(self, *, code=None, msg="", log_id="", problems=()):
-        super().__init__(msg or "send failed")
-        self.code, self.msg, self.log_id, self.problems = code, msg, log_id, list(problems)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,7 +182,7 @@ def submit_answers(
     `finished` (answered, expired, cancelled or past `expires_at`), `not_sender` (the operator
     is not the requester), `invalid` (shape, unknown labels, two labels on a single-select,
     text too long), `empty_answer` (a question with no label and no text). The winner's
-    transaction (`approvals.resolve`) writes `interaction.resolved`, re-renders the progress
+    transaction (`resolve`) writes `interaction.resolved`, re-renders the progress
     card without the form and, on commit, pushes `cancelled_message(…, "answered")` to panels
     and wakes long-polls. A lost race answers `finished`.
     """
@@ -225,7 +192,7 @@ def submit_answers(
     ask = find_ask(bot, request_id)
     if ask is None:
         return AskOutcome(False, "unknown", None)
-    ask = _expire_if_due(ask, now)
+    ask = expire_ask_if_due(ask, now)
     if ask.is_final:
         return AskOutcome(False, "finished", ask)
     if not operator_open_id or operator_open_id != ask.requester_open_id:
@@ -234,7 +201,7 @@ def submit_answers(
         cleaned = clean_answers(ask.questions, answers)
     except AnswerError as exc:
         return AskOutcome(False, exc.code, ask)
-    outcome = approvals.resolve(
+    outcome = resolve(
         ask,
         status=S.RESOLVED,
         via=via,
@@ -254,7 +221,7 @@ def submit_answers(
 
 def clean_answers(questions: list[dict[str, Any]], answers: Any) -> list[dict[str, Any]]:
     """Validate and normalize answers against `questions` → `[{question, selectedLabels,
-    customInput}]` (seed rules: single-select: text wins and clears the labels; multi-select
+    customInput}]` (single-select: text wins and clears the labels; multi-select
     keeps labels, in option order, and text). Answers are matched to questions by position;
     an answer that names its `question` (the panel echoes it; absent or "" names none) must
     name the question at its position, so a client that reordered them is refused instead of
@@ -356,9 +323,9 @@ def find_ask(bot: Bot, request_id: str) -> Ask | None:
     return Ask.objects.select_related("bot", "card").filter(bot=bot, public_id=request_id).first()
 
 
-def _expire_if_due(ask: Ask, now: datetime) -> Ask:
+def expire_ask_if_due(ask: Ask, now: datetime) -> Ask:
     if not ask.is_final and now >= ask.expires_at:
-        return _as_ask(approvals.expire(ask, now=now).interaction)
+        return _as_ask(expire(ask, now=now).interaction)
     return ask
 
 
@@ -366,7 +333,7 @@ def read_ask(bot: Bot, request_id: str, *, now: datetime | None = None) -> Ask |
     """The ask, expired first when it is past `expires_at` (so a read never shows a dead ask
     as pending), or None."""
     ask = find_ask(bot, request_id)
-    return None if ask is None else _expire_if_due(ask, now or timezone.now())
+    return None if ask is None else expire_ask_if_due(ask, now or timezone.now())
 
 
 def ask_status(ask: Interaction) -> str:
@@ -437,7 +404,7 @@ def register_ask(
 
     Surfaces: the session's progress card when it is running (a form `ask_<n>` is added by
     re-rendering the card; no other notification is sent) and the requester's connected panel
-    (`panels.push(panel_message)` on commit). The requester defaults to the progress session's.
+    (`presence.push(panel_message)` on commit). The requester defaults to the progress session's.
     A repeated `idempotency_key` returns the first ask (`created` False) and shows nothing new;
     the key of another session's ask is refused (`AskRefused` `idempotency_key_taken`).
 
@@ -476,7 +443,7 @@ def register_ask(
                 and session.shows_forms
                 and (session.card_id or session.sending_since)
             )
-            on_panel = bool(panels.is_connected(bot, requester))
+            on_panel = bool(presence.is_connected(bot, requester))
             if not (on_card or on_panel):
                 raise NoChannel()
             last = (
@@ -495,7 +462,7 @@ def register_ask(
                 session_id=session_id,
                 request_id=idempotency_key,
                 title=(first_question.get("header") or first_question["question"])[:200],
-                body=first_question["question"][: approvals.MAX_BODY],
+                body=first_question["question"][: Interaction.MAX_BODY],
                 questions=questions,
                 form_index=0 if last is None else last + 1,
                 card=session.card if on_card else None,
@@ -505,7 +472,7 @@ def register_ask(
             )
             ask.save()
             if on_card:
-                _refresh_card(session)
+                session_card.refresh_card(session)
             if on_panel:
                 transaction.on_commit(functools.partial(_push, bot, requester, panel_message(ask)))
     except IntegrityError:
@@ -519,13 +486,13 @@ def register_ask(
     return Registration(ask, True, on_card, on_panel)
 
 
-def cancel_ask(ask: Interaction, *, reason: str = "cancelled") -> approvals.Outcome:
+def cancel_ask(ask: Interaction, *, reason: str = "cancelled") -> Outcome:
     """Cancel a pending ask (`via: cancel`, resolution reason `reason`: cancelled |
     session_ended | recovering); its form leaves the card and panels are told. A final ask
     is reported as lost (`won` False)."""
     if reason not in ("cancelled", "session_ended", "recovering"):
         raise ValueError(f"unknown cancel reason {reason!r}")
-    return approvals.resolve(ask, status=S.CANCELLED, via=V.CANCEL, reason=reason)
+    return resolve(ask, status=S.CANCELLED, via=V.CANCEL, reason=reason)
 
 
 def invalidate_session_asks(bot: Bot, session_id: str, *, reason: str) -> int:
@@ -542,17 +509,17 @@ def invalidate_session_asks(bot: Bot, session_id: str, *, reason: str) -> int:
 
 def _push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
     try:
-        panels.push(bot, open_id, message)
-    except Exception:  # noqa: BLE001 - panels.push must never raise; be safe anyway
+        presence.push(bot, open_id, message)
+    except Exception:  # noqa: BLE001 - presence.push must never raise; be safe anyway
         log.warning("panel push of %s failed", message.get("type"), exc_info=True)
 
 
-def _on_resolved(ia: Interaction) -> None:
-    """`approvals.resolve()` hook for asks (inside the winner's transaction): re-render the
+def on_resolved(ia: Interaction) -> None:
+    """`resolve()` hook for asks (inside the winner's transaction): re-render the
     session's progress card without the form, and on commit tell the requester's panels."""
     session = ProgressSession.objects.filter(bot_id=ia.bot_id, session_id=ia.session_id).first()
     if ia.session_id and session is not None and session.card_id:
-        _refresh_card(session)
+        session_card.refresh_card(session)
     if ia.requester_open_id:
         transaction.on_commit(
             functools.partial(
@@ -562,312 +529,3 @@ def _on_resolved(ia: Interaction) -> None:
                 cancelled_message(ia.public_id, cancel_reason(ia)),
             )
         )
-
-
-approvals.register_resolution_hook(Interaction.Kind.ASK, _on_resolved)
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress sessions and their card
-# ---------------------------------------------------------------------------------------------
-
-
-def _refresh_card(session: ProgressSession) -> None:
-    """Bump the session's state version and queue its card, rendered at apply time. Joins the
-    caller's transaction (locks the session row)."""
-    with transaction.atomic():
-        # no select_related: a waiter for the row lock gets the row re-read but not re-joined
-        # (PostgreSQL's EvalPlanQual), so a card attached meanwhile would come back as None
-        locked = ProgressSession.objects.select_for_update().get(pk=session.pk)
-        locked.state_version += 1
-        locked.save(update_fields=["state_version", "updated_at"])
-        if locked.card is not None:
-            cards.enqueue_render(locked.card, RENDERER, version=locked.state_version)
-
-
-def pending_asks(session: ProgressSession, *, now: datetime | None = None) -> list[Ask]:
-    """The session's pending, unexpired asks (what its card shows as forms)."""
-    return list(
-        Ask.objects.of_session(session.bot_id, session.session_id)
-        .pending()
-        .filter(expires_at__gt=now or timezone.now())
-        .order_by("form_index", "id")
-    )
-
-
-def render_session(session: ProgressSession) -> dict[str, Any]:
-    """The progress card of `session` as it is now (pending asks included)."""
-    return progress_cards.render(session, pending_asks(session))
-
-
-def render_card_entity(card: CardEntity) -> dict[str, Any] | None:
-    """Card-queue renderer `progress`: the current card of the session shown by `card`
-    (None when no session uses it any more)."""
-    session = ProgressSession.objects.for_card(card).first()
-    return None if session is None else render_session(session)
-
-
-cards.register_renderer(RENDERER, render_card_entity)
-
-
-def send_uuid(bot: Bot, session_id: str) -> str:
-    """Feishu `uuid` of a session's first send (a retried send within 1 h is deduplicated)."""
-    digest = hashlib.sha256(f"progress:{bot.pk}:{session_id}".encode()).hexdigest()
-    return f"pg_{digest[:32]}"
-
-
-def update_progress(
-    bot: Bot,
-    session_id: str,
-    *,
-    status: str,
-    title: str | None = None,
-    summary: str | None = None,
-    tool_lines: list[str] | None = None,
-    receive_id: str = "",
-    receive_id_type: str = "chat_id",
-    requester_open_id: str | None = None,
-    details_url: str | None = None,
-    now: datetime | None = None,
-) -> ProgressResult:
-    """Record the session's progress state and show it: the first call sends the card (CardKit
-    entity, to `receive_id` of type chat_id or open_id), later calls queue an update rendered
-    from the database at apply time (coalesced, ≤ 5/s, increasing sequence).
-
-    Fields left None keep their stored value. `recovering` invalidates every pending ask of
-    the session (reason `recovering`), a terminal status (completed | failed | cancelled) with
-    reason `session_ended`; their forms leave the card and panels are told.
-
-    Network I/O (the first send) happens outside any transaction. Raises `AskRefused` when the
-    first call names no `receive_id`, `SendFailed` when Feishu refused the first send (state
-    kept; the next call tries again).
-    """
-    from interactions.lark.client import LarkApiError
-
-    if status not in PS.values:
-        raise ValueError(f"unknown progress status {status!r}")
-    now = now or timezone.now()
-    created = False
-    with transaction.atomic():
-        # no select_related("card"): see _refresh_card
-        session = (
-            ProgressSession.objects.select_for_update()
-            .filter(bot=bot, session_id=session_id)
-            .first()
-        )
-        if session is None:
-            if not receive_id:
-                raise AskRefused(
-                    "receive_id_required",
-                    "chat_id",
-                    _("The first progress update needs chat_id (or open_id for a p2p chat)."),
-                )
-            try:
-                with transaction.atomic():
-                    session = ProgressSession.objects.create(
-                        bot=bot,
-                        session_id=session_id,
-                        receive_id=receive_id,
-                        receive_id_type=receive_id_type,
-                        chat_id=receive_id if receive_id_type == "chat_id" else "",
-                        created_at=now,
-                    )
-                created = True
-            except IntegrityError:  # a concurrent first PUT created it
-                session = ProgressSession.objects.select_for_update().get(
-                    bot=bot, session_id=session_id
-                )
-        session.status = status
-        if title is not None:
-            session.title = title
-        if summary is not None:
-            session.summary = summary
-        if tool_lines is not None:
-            session.tool_lines = list(tool_lines)[-20:]
-        if requester_open_id is not None:
-            session.requester_open_id = requester_open_id
-        if details_url is not None:
-            session.details_url = details_url
-        session.state_version += 1
-        need_send = session.card_id is None and (
-            session.sending_since is None or now - session.sending_since > SENDING_STALE
-        )
-        if need_send:
-            session.sending_since = now
-        session.save()
-        if session.card is not None:
-            cards.enqueue_render(session.card, RENDERER, version=session.state_version)
-    invalidated = 0
-    if status != PS.RUNNING:
-        reason = "recovering" if status == PS.RECOVERING else "session_ended"
-        invalidated = invalidate_session_asks(bot, session_id, reason=reason)
-    sent = False
-    if need_send:
-        rendered_version = ProgressSession.objects.values_list("state_version", flat=True).get(
-            pk=session.pk
-        )
-        card_json = render_session(ProgressSession.objects.get(pk=session.pk))
-        try:
-            entity = cards.send_card(
-                bot,
-                card_json,
-                receive_id=session.receive_id,
-                receive_id_type=session.receive_id_type,
-                uuid=send_uuid(bot, session_id),
-                purpose="progress",
-            )
-        except (cards.InvalidCard, LarkApiError) as exc:
-            ProgressSession.objects.filter(pk=session.pk).update(sending_since=None)
-            log.warning("progress %s: first send failed: %s", session.pk, exc)
-            raise SendFailed(
-                code=getattr(exc, "code", None),
-                msg=getattr(exc, "msg", "") or "invalid card",
-                log_id=getattr(exc, "log_id", ""),
-                problems=getattr(exc, "problems", ()),
-            ) from None
-        # asks registered while sending point at the card (their rows first, then the
-        # session's: the lock order of resolve(), so the two never deadlock)
-        Ask.objects.of_session(bot, session_id).pending().filter(card__isnull=True).update(
-            card=entity, open_message_id=entity.open_message_id
-        )
-        with transaction.atomic():
-            locked = ProgressSession.objects.select_for_update().get(pk=session.pk)
-            locked.card = entity
-            locked.sending_since = None
-            locked.save(update_fields=["card", "sending_since", "updated_at"])
-            if locked.state_version != rendered_version:  # changed while sending
-                _refresh_card(locked)
-        sent = True
-    session = ProgressSession.objects.select_related("card").get(pk=session.pk)
-    return ProgressResult(session, created, sent, invalidated)
-
-
-def session_for_message(bot: Bot, open_message_id: str) -> ProgressSession | None:
-    """The progress session whose card is in message `open_message_id`, or None."""
-    if not open_message_id:
-        return None
-    return (
-        ProgressSession.objects.select_related("card")
-        .filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
-        .first()
-    )
-
-
-def request_cancel(session: ProgressSession, *, operator_open_id: str) -> bool:
-    """Record that the requester pressed "Cancel task" (once; later presses change nothing)
-    and re-render the card (the button is replaced by "cancellation requested"). Cardloop
-    stops nothing itself: the backend sees `cancel_requested` in every progress answer and
-    ends the session with a `cancelled` progress update. Returns True when recorded now."""
-    with transaction.atomic():
-        updated = ProgressSession.objects.filter(
-            pk=session.pk, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=timezone.now(), cancel_requested_by=operator_open_id)
-        if updated:
-            _refresh_card(session)
-    return bool(updated)
-
-
-# ---------------------------------------------------------------------------------------------
-# Feishu card callbacks (registry kinds "feishu_ask" and "progress")
-# ---------------------------------------------------------------------------------------------
-
-#: Toasts (English msgids; zh-hans in locale: 已提交, 问题已失效, 仅消息发送者可操作,
-#: 请至少选择一项或填写其他).
-SUBMITTED = _("Submitted")
-STALE = _("This question is no longer valid")
-NOT_SENDER = _("Only the message sender can do this")
-EMPTY_ANSWER = _("Choose at least one option or fill in Other")
-INVALID_ANSWER = _("That answer does not fit the question; please refresh the card")
-NO_SESSION = _("This task card is no longer tracked")
-CANCEL_RECORDED = _("Cancellation requested; the agent will stop")
-CANCEL_ALREADY = _("Cancellation was already requested")
-SESSION_ENDED = _("This task has already ended")
-
-
-def _card_of(action) -> ProgressSession | None:
-    """The progress session shown by the clicked message (never the ids inside `value`)."""
-    return session_for_message(action.bot, action.open_message_id)
-
-
-def on_ask_action(action):
-    """Registry handler of `{"kind": "feishu_ask", "act": "submit", "sessionId", "requestId",
-    "sender"}` (a form submit on a progress card).
-
-    Only the ask's requester (from the verified callback, not `sender`) may submit; others get
-    "仅消息发送者可操作" and nothing changes. A question with no option and no text gets
-    "请至少选择一项或填写其他" and the card keeps the form (no card in the answer). The winner
-    gets "已提交" and the whole progress card without that form in the answer (Feishu applies
-    the answer's card; DESIGN §3); the queued re-render (held until the answer was sent)
-    covers everyone else. Unknown or finished asks get "问题已失效" and the current card
-    (without that form).
-    """
-    from interactions.callbacks.registry import Answer
-
-    value = action.value
-    session = _card_of(action)
-
-    def current_card():
-        return render_session(session) if session is not None else None
-
-    if value.get("act") != "submit":
-        return Answer.warning(INVALID_ANSWER, card=current_card())
-    request_id = str(value.get("requestId") or "")
-    ask = find_ask(action.bot, request_id)
-    if ask is None or ask.is_final or timezone.now() >= ask.expires_at:
-        if ask is not None:
-            _expire_if_due(ask, timezone.now())
-        return Answer.info(STALE, card=current_card())
-    if action.operator_open_id != ask.requester_open_id:
-        return Answer.warning(NOT_SENDER)
-    try:
-        answers = answers_from_form(ask, action.form_value)
-    except AnswerError:
-        return Answer.warning(INVALID_ANSWER)
-    outcome = submit_answers(
-        action.bot, request_id, answers, via=V.CARD, operator_open_id=action.operator_open_id
-    )
-    if outcome.won:
-        return Answer.success(SUBMITTED, card=current_card())
-    if outcome.code == "empty_answer":
-        return Answer.warning(EMPTY_ANSWER)
-    if outcome.code == "not_sender":
-        return Answer.warning(NOT_SENDER)
-    if outcome.code == "invalid":
-        return Answer.warning(INVALID_ANSWER)
-    return Answer.info(STALE, card=current_card())
-
-
-def on_progress_action(action):
-    """Registry handler of `{"kind": "progress", "act": "cancel" | "details", "sessionId"}`
-    (buttons outside every form).
-
-    - `cancel`: only the requester; records the request once (`request_cancel`), answers a
-      success toast and the card with "cancellation requested" instead of the button.
-      Cardloop stops nothing: the backend reads `cancel_requested` from its progress calls.
-    - `details`: a toast with the session's status and how many questions are open.
-    """
-    from interactions.callbacks.registry import Answer
-
-    session = _card_of(action)
-    if session is None:
-        return Answer.warning(NO_SESSION)
-    act = action.value.get("act")
-    if act == "details":
-        return Answer.info(
-            approvals.lazy_format(
-                _("Session %(session)s: %(status)s, %(open)s open question(s)"),
-                session=session.session_id[:40],
-                status=ProgressSession.Status(session.status).label,
-                open=len(pending_asks(session)),
-            )
-        )
-    if act != "cancel":
-        return Answer.warning(INVALID_ANSWER)
-    if action.operator_open_id != session.requester_open_id:
-        return Answer.warning(NOT_SENDER)
-    if session.is_terminal:
-        return Answer.info(SESSION_ENDED, card=render_session(session))
-    recorded = request_cancel(session, operator_open_id=action.operator_open_id)
-    session.refresh_from_db()
-    message = CANCEL_RECORDED if recorded else CANCEL_ALREADY
-    return Answer.success(message, card=render_session(session))

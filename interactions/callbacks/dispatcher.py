@@ -1,24 +1,30 @@
 """From a verified Feishu payload to handlers and back to an answer — shared by the HTTP ingress
-(`interactions.channels.feishu.ingress`) and the long connection (`interactions.channels.feishu.ws`).
+(`interactions.channels.feishu.ingress`) and the long connection
+(`interactions.channels.feishu.ws`).
 
 `handle_card_action(bot, payload)` → answer dict, always within the budget:
 
 1. the work runs in a worker thread (`POOL`, `CARDLOOP_CALLBACK_THREADS` of them; ordinary
    events in `EVENT_POOL`) with its own database connection, so neither a request thread nor
-   the long connection's event loop does ORM work (feishu.md §4 gotcha 9); the HTTP ingress's
-   ASGI route runs the whole request in a `POOL` thread (`run_in_worker`);
-2. dedupe: `interactions.callbacks.inbound.claim_event` on `header.event_id`; a repeat gets the first
-   answer's toast or an info toast, and no handler runs again (B06);
+   the long connection's event loop does ORM work (Django's ORM must not run on an event loop's
+   thread); the HTTP ingress's ASGI route runs the whole request in a `POOL` thread
+   (`run_in_worker`);
+2. dedupe: `interactions.callbacks.inbound.claim_event` on `header.event_id`; a repeat gets the
+   first answer's toast or an info toast, and no handler runs again (a repeated event never has a
+   second side effect);
 3. a payload with a NUL character or a lone surrogate anywhere is refused (warning toast,
    nothing written: PostgreSQL text cannot hold a NUL, UTF-8 no lone surrogate); the callback
    value (`action.value`, object or JSON
    string) picks the handler by `kind`
    (`interactions.callbacks.registry`); unknown kind → warning toast; a handler that raises → error
-   toast with the traceback logged; never a 500 (B07);
+   toast with the traceback logged; never a 500 (Feishu shows a 500 as a generic failure and
+   retries);
 4. an answer card that fails `validate_card` is dropped from the answer (toast only) and queued
-   as a card update to apply after the answer (B12);
-5. updates the handler enqueues are held until the answer was sent (`interactions.cardqueue.service`); the
-   transport calls `take_after_answer()` and runs it once the answer left;
+   as a card update to apply after the answer (Feishu rejects the whole answer for an invalid
+   card);
+5. updates the handler enqueues are held until the answer was sent
+   (`interactions.cardqueue.service`); the transport calls `take_after_answer()` and runs it
+   once the answer left;
 6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.5) the answer is an info toast while the handler
    finishes in its thread.
 
@@ -99,8 +105,8 @@ def _toast(type_: str, message) -> dict[str, Any]:
 
 def run_in_worker(fn, *args):
     """Run `fn(*args)` in this `POOL` thread for a transport that enforces `budget()` itself
-    (`interactions.channels.feishu.asgi`): `handle_card_action` / `handle_event` called inside do their
-    work inline instead of handing it to a second thread. The transport owns the database
+    (`interactions.channels.feishu.asgi`): `handle_card_action` / `handle_event` called inside
+    do their work inline instead of handing it to a second thread. The transport owns the database
     connections of this thread (closes them when done)."""
     reset = _in_worker.set(True)
     try:
@@ -270,7 +276,8 @@ def _call_handler(bot, payload):
 
 
 def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:
-    """B12: a card in the answer must be valid Card JSON 2.0; otherwise answer toast-only and
+    """A card in the answer must be valid Card JSON 2.0 (Feishu rejects the whole answer
+    otherwise): when it is not, answer toast-only and
     queue the card as an update after the answer."""
     card = answer.get("card")
     if card is None:

@@ -21,7 +21,8 @@ inside the dispatcher's budget (`CARDLOOP_CALLBACK_BUDGET`, 2.5 s); see
 Events (everything that is not a card action, e.g. `im.message.receive_v1`): every handler
 registered for the `event_type` is called with a `LarkEvent`; Feishu always gets its JSON ack.
 
-Both paths are deduplicated on `header.event_id` before any handler runs (B06).
+Both paths are deduplicated on `header.event_id` before any handler runs: a repeated event
+gets the first delivery's answer and never runs a handler twice.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class Answer:
 
     `card` is the raw Card JSON 2.0 object of the whole card (never a string); it must pass
     `interactions.lark.cardjson.validate_card`, otherwise the dispatcher answers toast-only and
-    queues the card as an update after the answer (B12). Return only what Cardloop owns entirely:
+    queues the card as an update after the answer (Feishu rejects an answer whose card is
+    invalid). Return only what Cardloop owns entirely:
     a final-answer card's body is never re-sent.
     """
 
@@ -127,7 +129,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def decode_value(value: Any) -> dict[str, Any]:
     """The callback value as an object: a dict as is, a string holding a JSON object decoded
-    (lark-oapi's typed model raises on strings, feishu.md §1). Raises `InvalidCallback`."""
+    (lark-oapi's typed model raises on a string value). Raises `InvalidCallback`."""
     if isinstance(value, dict):
         return value
     if isinstance(value, str):

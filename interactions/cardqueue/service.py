@@ -7,10 +7,10 @@
     enqueue_render(entity, "progress", version=state_version)           # rendered at apply time
 
 Updates are rows of the durable queue `CardUpdate` (built on `plumbing.workqueue`), applied
-by `manage.py card_worker` (`interactions.cardqueue.worker`): coalesced per card, strictly increasing
-CardKit `sequence`, ≤ 5 updates per second per message, retried with backoff.
+by `manage.py card_worker` (`interactions.cardqueue.worker`): coalesced per card, strictly
+increasing CardKit `sequence`, ≤ 5 updates per second per message, retried with backoff.
 
-**Answer first.** Feishu applies nothing sent before a callback's answer (feishu.md §2). The
+**Answer first.** Feishu applies no card update sent before a callback's answer. The
 dispatcher runs every card-action handler inside `holding(hold)`; updates enqueued there are
 *held* (not due) until the ingress has sent the answer and calls `release_holds(hold)` from the
 response's close hook, or until `HOLD_FALLBACK` passes (crash, long connection, race).
@@ -30,13 +30,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
 from interactions.models import CardEntity, CardUpdate
-from plumbing.db.rows import insert_row, quoted_table
-from plumbing.workqueue import WorkStatus
 
 log = logging.getLogger(__name__)
 
@@ -77,21 +75,7 @@ def holding(hold: Hold) -> Iterator[Hold]:
 def release_holds(hold: Hold) -> int:
     """The answer was sent: make the updates held by `hold` due now. Returns how many rows."""
     hold.released = True
-    # hand-written: runs after every click's answer, and the ORM's UPDATE took more CPU than
-    # the statement itself (same columns and WHERE as `.filter(...).update(...)`)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quoted_table(CardUpdate)} SET hold_token = '', next_attempt_at = %s "  # noqa: S608
-            # NOT (hold_token = ''): the `card_update_hold` index's own condition, without
-            # which SQLite cannot use that partial index and reads every pending row
-            "WHERE hold_token = %s AND NOT (hold_token = '') AND status = %s",
-            [
-                connection.ops.adapt_datetimefield_value(timezone.now()),
-                hold.token,
-                WorkStatus.PENDING,
-            ],
-        )
-        return cursor.rowcount
+    return CardUpdate.objects.release_hold(hold.token)
 
 
 #: A send still unfinished this long after it began was interrupted (its process died): one
@@ -128,6 +112,7 @@ def send_card(
 
     Raises `InvalidCard` (nothing sent) and `interactions.lark.client.LarkApiError`.
     """
+    # imported here: lark-oapi takes seconds to import, and every process imports the queue
     from interactions.lark.client import gateway_for
 
     reuse = entity and bool(card_id)
@@ -261,8 +246,8 @@ def render_now(card: CardEntity, name: str) -> dict[str, Any] | None:
 def enqueue_render(card: CardEntity, renderer: str, *, version: int | None = None):
     """Queue a whole-card update of `card` whose JSON renderer `renderer` produces from the
     database when the worker applies it — the current state at send time, never the state at
-    enqueue time, so a later update can never bring back an older state (issue 7: an answered
-    form never comes back). Replaces anything pending for the card; a later `enqueue_card`
+    enqueue time, so a later update can never bring back an older state (an answered form never
+    comes back). Replaces anything pending for the card; a later `enqueue_card`
     replaces it. `version` as in `enqueue_elements`. Raises KeyError for an unknown renderer.
     Returns the pending row, or None when dropped.
     """
@@ -275,7 +260,7 @@ def enqueue_card_for_message(
     bot, open_message_id: str, card_json: dict[str, Any]
 ) -> CardUpdate | None:
     """`enqueue_card` for the card in message `open_message_id`, registering it if needed
-    (used for a callback answer card that failed validation, B12)."""
+    (used for a callback answer card that failed validation: it is shown after the answer)."""
     entity = CardEntity.objects.for_message(bot, open_message_id).first() or register_card(
         bot, open_message_id=open_message_id
     )
@@ -292,31 +277,6 @@ def enqueue_elements_for_card_id(
         raise ValueError("element updates need a CardKit card entity (card_id)")
     _check_elements(elements)
     return _enqueue((bot, card_id), None, dict(elements), None)
-
-
-def _locked_with_pending(card: CardEntity | tuple[Any, str]) -> CardEntity | None:
-    """`card` (an entity, or `(bot, card_id)`) read again and locked, with `pending_pk`: the id
-    of its pending update or None. Call inside a transaction.
-
-    One hand-written statement (PostgreSQL: `FOR UPDATE OF` the entity only; SQLite has one
-    writer at a time): building it with the ORM (`select_for_update(of=…)` + a `Subquery`
-    annotation) cost about 0.9 ms of CPU per click, the statement itself a tenth of that.
-    """
-    if isinstance(card, CardEntity):
-        where, params = "e.id = %s", [card.pk]
-    else:
-        bot, card_id = card
-        # NOT (card_id = ''): the partial unique index's condition (`card_entity_card_id`);
-        # without it SQLite searches every card entity of the bot
-        where = "e.bot_id = %s AND e.card_id = %s AND NOT (e.card_id = '')"
-        params = [bot.pk, card_id]
-    lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
-    sql = (
-        f"SELECT e.*, (SELECT u.id FROM {quoted_table(CardUpdate)} u "  # noqa: S608 - our tables
-        "WHERE u.card_id = e.id AND u.status = %s LIMIT 1) AS pending_pk "
-        f"FROM {quoted_table(CardEntity)} e WHERE {where} LIMIT 1{lock}"
-    )
-    return next(iter(CardEntity.objects.raw(sql, [WorkStatus.PENDING, *params])), None)
 
 
 def _check_elements(elements: dict[str, dict[str, Any]]) -> None:
@@ -345,7 +305,7 @@ def _enqueue(
     # an error rolls the caller back with it); on its own it is one transaction
     with transaction.atomic(savepoint=False):
         # one statement: the card, locked, and the id of its pending update if there is one
-        locked = _locked_with_pending(card)
+        locked = CardEntity.objects.locked_with_pending(card)
         if locked is None:
             return None
         if version is not None:
@@ -367,7 +327,7 @@ def _enqueue(
             else None
         )
         if pending is None:
-            return insert_row(
+            return CardUpdate.objects.insert(
                 CardUpdate(
                     card=locked,
                     card_json=card_json,

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from interactions.cardqueue.service import render_now
 from interactions.lark.cardjson import merge_updates
 from interactions.models import CardEntity, CardUpdate
 from plumbing.workqueue import WorkStatus, claim_due, reschedule, settle
@@ -72,13 +73,12 @@ def run_due(limit: int = 10, *, should_stop: Callable[[], bool] | None = None) -
 
 def apply_update(row: CardUpdate, token: str) -> str:
     """Send one claimed update to Feishu and settle it; returns "done", "retry" or "failed"."""
+    # imported here: lark-oapi takes seconds to import, and every process imports the queue
     from interactions.lark.client import LarkApiError, gateway_for
 
     card = CardEntity.objects.select_related("bot").get(pk=row.card_id)
     if row.renderer:  # rendered now, from the current state (cards.enqueue_render)
         try:
-            from interactions.cardqueue.service import render_now
-
             rendered = render_now(card, row.renderer)
         except Exception as exc:  # noqa: BLE001 - a renderer bug must not lose the update
             log.exception("card %s: renderer %s raised", card.pk, row.renderer)
@@ -149,7 +149,7 @@ def _failed(row, token, card, exc, *, retryable, code, rate_limited, sequence) -
     error = str(exc)[:500]
     delay = backoff(row.attempts)
     retry_after = getattr(exc, "retry_after", None)
-    if retry_after is not None:  # B20: never sooner than the server asked, capped
+    if retry_after is not None:  # never sooner than the server asked, capped
         delay = max(delay, min(timedelta(seconds=retry_after), MAX_RETRY_AFTER))
     _pace(card, delay if rate_limited else MESSAGE_INTERVAL)
     if retryable and row.attempts < MAX_ATTEMPTS:

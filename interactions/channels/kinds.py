@@ -1,7 +1,7 @@
 """Channel kinds, what each can show, and which interaction tools an agent session may expose.
 
-Pure functions, no I/O. Sources: issue 6 §2 and §6 (the seed design "cross-channel interactive
-messages"), botmux.md §C (text fallback must say why there are no buttons, openclaw#69754).
+Pure functions, no I/O. A channel without buttons gets the text fallback, which says why there
+are no buttons (a person who sees only text must know that typing is the way to answer).
 
 | channel  | buttons | forms | message update | markdown cards | rendered as |
 |----------|---------|-------|----------------|----------------|-------------|
@@ -93,7 +93,7 @@ WECHAT_SEGMENT = "/wechat-chat/"
 
 @dataclass(frozen=True)
 class SessionCapabilities:
-    """The answer of the seed rule for one agent session.
+    """The answer of the session rule for one agent session.
 
     `channel`: feishu | wechat | text (None when the session names no channel);
     `session`: private | group | "" (Feishu only); `ask_user_questions` and `approvals`:
@@ -126,11 +126,11 @@ class SessionCapabilities:
 def session_capabilities(
     project_key: str = "", workspace: str = "", subagent: str | bool | None = None
 ) -> SessionCapabilities:
-    """Apply the seed rule (issue 6 §6) to one agent session.
+    """Apply the session rule to one agent session (which interaction tools it may expose).
 
     1. Any sub-agent (`subagent` set and not "", "0", "false", "no": a foreground delegate or a
-       background task) may not expose `ask_user_questions` (DESIGN §3 "sub-agents never get the
-       tool"); approvals still reach the parent's channel through the backend.
+       background task) may not expose `ask_user_questions` (a sub-agent never asks the user
+       directly); approvals still reach the parent's channel through the backend.
     2. A Feishu private session (`project_key` matches `feishu-{botId}-private-{userId}`) or a
        Feishu group session (`workspace` contains `/feishu-chat/`) may expose it.
     3. A WeChat session (project key `wechat-…`/`weixin-…`, or `/wechat-chat/` in the

@@ -20,6 +20,7 @@ from botadmin.admin import HashedTokenAdmin
 from botadmin.models import DesktopToken
 from interactions.models import PanelPresence
 from interactions.panels import service as panels
+from interactions.panels.timing import presence_ttl
 from plumbing.admin import two_way_filter
 
 
@@ -98,7 +99,7 @@ class DesktopTokenAdmin(HashedTokenAdmin):
         }
 
     def get_queryset(self, request):
-        since = timezone.now() - panels.presence_ttl()
+        since = timezone.now() - presence_ttl()
         return (
             super()
             .get_queryset(request)
@@ -139,4 +140,4 @@ class PanelPresenceAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("live"), boolean=True)
     def live(self, obj):
-        return obj.last_seen_at >= timezone.now() - panels.presence_ttl()
+        return obj.last_seen_at >= timezone.now() - presence_ttl()

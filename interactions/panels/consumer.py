@@ -1,5 +1,6 @@
-"""WebSocket consumers of the interactions app. Thin: the protocol, authentication, presence
-and resync rules are in `interactions.panels.service` (read its docstring for the message table)."""
+"""The question panel's WebSocket consumer (`/ws/panel/`). Thin: the protocol, authentication
+and resync rules are in `interactions.panels.service` (read its docstring for the message
+table), presence and push in `interactions.panels.presence`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import random
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from interactions.panels import presence
 from interactions.panels import service as panels
+from interactions.panels.timing import resync_interval
 from plumbing.parsers import contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)
@@ -20,7 +23,7 @@ log = logging.getLogger(__name__)
 class PanelConsumer(AsyncWebsocketConsumer):
     """`/ws/panel/`: one question panel of one user (see `interactions.panels.service`)."""
 
-    user: panels.PanelUser | None = None
+    user: presence.PanelUser | None = None
     group: str = ""
 
     async def connect(self):
@@ -41,11 +44,11 @@ class PanelConsumer(AsyncWebsocketConsumer):
             )
             await self.close(code=panels.CLOSE_INVALID_TOKEN)
             return
-        self.group = panels.group_for(self.user.bot, self.user.open_id)
+        self.group = presence.group_for(self.user.bot, self.user.open_id)
         # Join the group before reading the snapshot, so nothing committed in between is missed.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        panels.LOCAL.attach(self.channel_name, self.group)
-        await database_sync_to_async(panels.register)(self.user, self.channel_name)
+        presence.LOCAL.attach(self.channel_name, self.group)
+        await database_sync_to_async(presence.register)(self.user, self.channel_name)
         async with self.lock:
             await self._snapshot(await database_sync_to_async(panels.open_messages)(self.user))
         self.timer = asyncio.get_running_loop().create_task(self._resync_loop())
@@ -61,13 +64,13 @@ class PanelConsumer(AsyncWebsocketConsumer):
         if self.user is None or not self.group:
             return
         group, self.group = self.group, ""
-        panels.LOCAL.detach(self.channel_name)
+        presence.LOCAL.detach(self.channel_name)
         try:
             await self.channel_layer.group_discard(group, self.channel_name)
         except Exception as exc:  # noqa: BLE001 - the entry expires with the layer's group_expiry
             log.warning("panel could not leave its group (%s); it expires", type(exc).__name__)
         finally:
-            await database_sync_to_async(panels.unregister)(self.channel_name)
+            await database_sync_to_async(presence.unregister)(self.channel_name)
 
     # -- client → server ------------------------------------------------------------------
 
@@ -151,7 +154,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
     # -- resync ----------------------------------------------------------------------------
 
     async def _resync_loop(self):
-        interval = panels.resync_interval()
+        interval = resync_interval()
         while True:
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))  # noqa: S311 - jitter
             if not await database_sync_to_async(panels.token_is_active)(self.user.token_id):
@@ -173,7 +176,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
             if current != self.known:
                 missing, stale = len(current - self.known), len(self.known - current)
                 if not always:
-                    panels.STATS["resync_repaired"] += 1
+                    presence.STATS["resync_repaired"] += 1
                     log.warning(
                         "panel resync repaired a lost push: %d question(s) missing, %d stale",
                         missing,

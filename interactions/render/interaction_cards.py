@@ -6,11 +6,12 @@ by default).
 
 - `feishu_card(ia)`: pending → header, the question, the tool, buttons (approval: Approve
   `primary`, Deny `danger`, Always `default`; callback values `{"kind": "interaction",
-  "interaction_id", "action_id", "action_value"}` in `behaviors`, B10) or a form, and a note
-  that typing `/_interaction <id> <value>` works too. Resolved / expired / cancelled → the
-  same card with its final state and **no buttons or form** (B13, botmux.md §C "Robustness").
+  "interaction_id", "action_id", "action_value"}` in `behaviors`, where Card JSON 2.0 sends
+  them back) or a form, and a note that typing `/_interaction <id> <value>` works too. Resolved
+  / expired / cancelled → the same card with its final state and **no buttons or form** (nothing
+  left to click once the answer is in).
 - `fallback_text(ia, channel)`: numbered options, the exact commands to type, and why there
-  are no buttons on this channel (botmux.md §C, openclaw#69754).
+  are no buttons on this channel (so a person who sees only text knows to type).
 - `render(ia)`: what the channel needs (`Rendered(card=…, text=…)`).
 """
 
@@ -28,7 +29,8 @@ from interactions.models import Interaction
 
 #: The typed command (also accepted from Feishu text messages).
 COMMAND = "/_interaction"
-#: Callback `kind` of interaction buttons (the registry routes it to approvals.on_card_action).
+#: Callback `kind` of interaction buttons (the registry routes it to
+#: `interactions.approvals.handlers.on_card_action`).
 CALLBACK_KIND = "interaction"
 #: action_id of a form's submit button.
 SUBMIT = "submit"
@@ -67,7 +69,8 @@ def approval_actions(allow_always: bool = True) -> list[dict[str, str]]:
 
 
 def callback_value(ia: Interaction, action: dict[str, Any]) -> dict[str, str]:
-    """The callback value a button of `ia` carries (DESIGN §4)."""
+    """The callback value a button of `ia` carries: its `kind` routes the click, the ids name
+    the interaction and the action (never who may answer: that comes from the callback)."""
     return {
         "kind": CALLBACK_KIND,
         "interaction_id": ia.public_id,

@@ -1,4 +1,4 @@
-"""Rendering a session's progress card (issue 7): pure functions, state in, Card JSON 2.0 out.
+"""Rendering a session's progress card: pure functions, state in, Card JSON 2.0 out.
 
 `render(session, asks)` reads only the `ProgressSession` columns and the given pending asks
 (unsaved instances work), in the active language (zh-hans by default):
@@ -7,10 +7,12 @@
   red, cancelled grey, recovering orange); the summary; the latest tool lines;
 - `running`: one `form` per pending ask (`ask_<n>`, n = `Ask.form_index`), each question as
   markdown (header, question, option descriptions), a `select_static` (single) or
-  `multi_select_static` (multi, B14: never one button per option) named `q<i>` with option
+  `multi_select_static` (multi: a select, never one button per option, so a
+  click never submits a half-made choice) named `q<i>` with option
   values `"0"…`, none required, an "其他（可选）" input `c<i>`, and the submit button
   `ask_<n>_submit` **inside** the form with the callback value `{"kind": "feishu_ask",
-  "act": "submit", "sessionId", "requestId", "sender"}` (DESIGN §4);
+  "act": "submit", "sessionId", "requestId", "sender"}` (the submit inside the form, so
+  Feishu sends the form's values with it);
 - below every form, outside any form: "Cancel task" (running, until requested) and
   "Session details" (an `open_url` button to `details_url`, else a callback);
 - terminal states and `recovering` render **no form**; `recovering` says that the agent
@@ -69,7 +71,8 @@ def field_names(n: int, i: int) -> tuple[str, str]:
 
 
 def submit_value(ask: Interaction) -> dict[str, str]:
-    """The callback value of an ask's submit button (DESIGN §4)."""
+    """The callback value of an ask's submit button (`sender` is informational: who may
+    answer is decided from the verified callback)."""
     return {
         "kind": ASK_KIND,
         "act": "submit",

@@ -1,4 +1,4 @@
-"""Shared helpers and fixtures of the interaction tests (issue 6). Import the fixtures into a
+"""Shared helpers and fixtures of the interaction tests. Import the fixtures into a
 test module with `from interactions.tests.ia_helpers import *  # noqa: F403`."""
 
 from __future__ import annotations

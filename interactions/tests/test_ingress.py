@@ -1,6 +1,7 @@
-"""`POST /lark/<app_id>/callback`: verification (B01, B02), routing and answers (B07), dedupe at
-the transport (B06), the callback budget, and real-format fixtures — all through Django's test
-client with bodies encrypted and signed exactly as Feishu does."""
+"""`POST /lark/<app_id>/callback`: verification (URL challenge, signature), routing and JSON
+answers (never a 500), dedupe at the transport (a repeated event is handled once), the callback
+budget, and real-format fixtures — all through Django's test client with bodies encrypted and
+signed exactly as Feishu does."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _assert_json(response):
 
 
 # ---------------------------------------------------------------------------------------------
-# B01: URL verification (plain and encrypted) without signature headers
+# URL verification (plain and encrypted) without signature headers, only with the right token
 # ---------------------------------------------------------------------------------------------
 
 
@@ -110,7 +111,7 @@ def test_encrypted_signed_card_action_is_decrypted_and_dispatched(
 
 
 # ---------------------------------------------------------------------------------------------
-# B02: one sha256 verifier with the encrypt key, on every path
+# One sha256 verifier with the encrypt key, on every path
 # ---------------------------------------------------------------------------------------------
 
 
@@ -208,7 +209,7 @@ def test_wrong_verification_token_inside_a_signed_card_action_is_401(lark_callba
 
 
 # ---------------------------------------------------------------------------------------------
-# B07: every click is routed and answered with JSON
+# Every click is routed and answered with JSON, never a 500
 # ---------------------------------------------------------------------------------------------
 
 
@@ -468,7 +469,7 @@ def test_callback_logs_never_contain_tokens_or_operator_ids(
 
 
 # ---------------------------------------------------------------------------------------------
-# B06 at the transport, and the budget
+# A repeated event is handled once (dedupe at the transport), and the budget
 # ---------------------------------------------------------------------------------------------
 
 

@@ -16,13 +16,14 @@ callback. `LarkCallbackApp` therefore answers exactly that route itself and hand
    so cap request sizes at the proxy in front as well);
 3. one hop to a handler thread (`dispatcher.POOL`, through `dispatcher.run_in_worker`), which
    sends Django's `request_started` signal and calls the same view Django routes to,
-   `interactions.channels.feishu.ingress.callback`, with an `ASGIRequest` (so headers, `request.body` and
-   the answer are exactly what Django would produce); the dispatcher runs the handler in that
-   same thread, and the event loop keeps the budget: past `dispatcher.budget()` (2.5 s) the
-   answer is the "still working" info toast while the thread finishes;
+   `interactions.channels.feishu.ingress.callback`, with an `ASGIRequest` (so headers,
+   `request.body` and the answer are exactly what Django would produce); the dispatcher runs
+   the handler in that same thread, and the event loop keeps the budget: past
+   `dispatcher.budget()` (2.5 s) the answer is the "still working" info toast while the thread
+   finishes;
 4. the answer is sent, and only then `response.close()` runs, in the same handler thread and
    on the same database connection: the held card updates are released (Feishu applies
-   nothing sent before the callback answer, feishu.md §3) and `request_finished` tidies the
+   no card update sent before the callback answer) and `request_finished` tidies the
    database connections, as Django does after every response. The thread waits for the
    loop's "sent" (a few hundred microseconds) rather than handing the close to a second
    thread, which would take a second connection from the pool (and its health check).

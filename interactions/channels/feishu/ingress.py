@@ -10,11 +10,12 @@ hand the verified payload to `interactions.callbacks.dispatcher`. What Cardloop 
   legacy v1 card callbacks → 400 `legacy_card_callback` (subscribe to v2 only), a bot without a
   Verification Token → 403; rejected requests have no side effect;
 - url_verification (plain or encrypted) is answered `{"challenge": …}` without signature
-  headers, but only when the token inside matches (B01);
+  headers, but only when the token inside matches (an unverified challenge is never echoed);
 - the signature is `sha256(timestamp + nonce + encrypt_key + raw body)`, compared in constant
-  time, **lower-case hex only** (Feishu sends lower case; upper case → 401, documented B02
-  choice); requests older than `inbound.MAX_REQUEST_AGE` are refused so a captured request
-  cannot be replayed after its dedupe row expired;
+  time, **lower-case hex only** (Feishu sends lower case; an upper-case signature → 401, a
+  deliberate choice: one spelling, one comparison); requests older than
+  `inbound.MAX_REQUEST_AGE` are refused so a captured request cannot be replayed after its
+  dedupe row expired;
 - card callbacks are read from the raw JSON (lark-oapi's typed model raises on string values
   and drops unknown keys); every event type is acked, registered or not;
 - held card updates are released when the response has been sent (`close()`).

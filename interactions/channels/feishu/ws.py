@@ -3,17 +3,18 @@
 Run it as its own process, one per app (`python manage.py lark_connect <app_id>`); Feishu
 delivers each message to one random connected client (cluster mode, ≤ 50 connections).
 
-How it fits feishu.md §4:
+How it fits lark-oapi's long-connection client:
 - the client gets its own new event loop, installed as lark-oapi's module-global loop before
-  `start()` (gotcha 10: lark-oapi captures a loop at import time);
+  `start()` (lark-oapi captures an event loop when it is imported);
 - frames arrive on that loop and lark-oapi calls `_do_without_validation` synchronously; the
   dispatcher runs all ORM work in its worker threads and waits at most the callback budget, so
-  the loop's thread never touches the database (gotcha 9) and never blocks longer than 2.5 s;
+  the loop's thread never touches the database (Django's ORM must not run on an event loop)
+  and never blocks longer than 2.5 s;
 - no decryption or signature check happens here: the connection was authenticated with the
   app secret when it was opened;
 - after a card action's answer frame has been written, held card updates are released (the
   answer-first rule, like the HTTP response's close hook);
-- frames typed `card` (which lark-oapi 1.7.5 drops without an answer, issue #126) are handled
+- frames typed `card` (which lark-oapi 1.7.5 drops without an answer) are handled
   like `event` frames.
 """
 
