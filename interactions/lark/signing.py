@@ -40,6 +40,7 @@ def encrypt(plaintext: bytes, encrypt_key: str, *, iv: bytes | None = None) -> s
 
 def decrypt(ciphertext: str, encrypt_key: str) -> str:
     """Inverse of `encrypt`, through lark-oapi's `AESCipher` (raises ValueError when invalid)."""
+    # imported here: lark-oapi takes seconds to import, and `encrypt` / `signature` need none
     from lark_oapi.core.utils import AESCipher
 
     return AESCipher(encrypt_key).decrypt_str(ciphertext)

@@ -26,6 +26,7 @@ class Command(BaseCommand):
             raise CommandError(f"No bot with app_id {app_id!r}.")
         if not bot.has_credentials:
             raise CommandError(f"Bot {app_id} has no app secret; the long connection needs it.")
+        # imported here: lark-oapi takes seconds to import; `manage.py help` should not wait
         from interactions.channels.feishu import ws
 
         self.stdout.write(f"Connecting {app_id} to Feishu (long connection); Ctrl-C stops.")
