@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 #: Bounds of a per-request timeout (seconds); the default is `CARDLOOP_INTERACTION_TIMEOUT`.
 MIN_TIMEOUT = 10
 MAX_TIMEOUT = 3600
-#: Card state versions (`cards.enqueue_card(version=…)`): the final card can never be
+#: Card state versions (`Channel.update(version=…)`): the final card can never be
 #: overtaken by an older pending rendering.
 PENDING_VERSION = 1
 FINAL_VERSION = 2
