@@ -1,7 +1,7 @@
 """Encrypt and sign a callback body exactly as Feishu does (for `lark_replay` and the tests).
 
 Feishu's scheme (Feishu's documentation of encrypted event subscriptions; the fixtures'
-README in `interactions/tests/fixtures`):
+README in `tests/fixtures/feishu/README.md`):
 - body `{"encrypt": base64(iv ‖ AES-256-CBC(PKCS7(json)))}` with key = SHA-256(encrypt key)
   and a random 16-byte IV;
 - headers `X-Lark-Request-Timestamp` (seconds), `X-Lark-Request-Nonce` and
