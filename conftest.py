@@ -148,7 +148,7 @@ def register_card_handler():
     """`register_card_handler(kind, fn)` / `register_card_handler.event(type, fn)`: register a
     card-action (or event) handler for this test only. A handler an app registered for the
     same kind is set aside meanwhile and restored afterwards."""
-    from interactions import registry
+    from interactions.callbacks import registry
 
     kinds: list[tuple[str, object]] = []
     events: list[tuple[str, object]] = []

@@ -187,8 +187,8 @@ async def run(url: str, world: dict, args) -> dict:
     import httpx
     from websockets.asyncio.client import connect
 
-    from interactions import progress_cards
     from interactions.lark.signing import seal
+    from interactions.render import progress_cards
     from tests import feishu
 
     started = time.monotonic()

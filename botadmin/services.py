@@ -434,7 +434,7 @@ def issue_desktop_token(
 @transaction.atomic
 def revoke_desktop_token(actor: Any, token: DesktopToken) -> DesktopToken:
     """Revoke `token`: it stops authenticating at once. Call it through
-    `interactions.panels.revoke_token`, which also closes the panels connected with it.
+    `interactions.panels.service.revoke_token`, which also closes the panels connected with it.
     No-op when already revoked.
     Audit `desktoptoken.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
     return _revoke_hashed_token(

@@ -1,5 +1,5 @@
 """ASGI entry point (Daphne): HTTP through Django (Feishu callbacks through
-`interactions.lark.asgi.LarkCallbackApp` in front of it), WebSockets through Channels.
+`interactions.channels.feishu.asgi.LarkCallbackApp` in front of it), WebSockets through Channels.
 
 System checks run at import so a misconfigured production process (for example without a real
 secret key, `cardloop.E001`) refuses to start instead of serving.
@@ -21,7 +21,7 @@ from django.core import checks  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
 from cardloop.routing import websocket_urlpatterns  # noqa: E402
-from interactions.lark.asgi import LarkCallbackApp  # noqa: E402
+from interactions.channels.feishu.asgi import LarkCallbackApp  # noqa: E402
 
 _errors = [m for m in checks.run_checks() if m.level >= checks.ERROR]
 if _errors:
@@ -30,13 +30,12 @@ if _errors:
     )
 
 
-
 class BrowserOriginValidator(OriginValidator):
     """`AllowedHostsOriginValidator`, except that a handshake without an `Origin` header is let
     through: browsers always send one (so a page of another site cannot ride on the session
     cookie), while desktop clients send none and authenticate with a token in the handshake.
     Consumers must not accept cookie authentication without an Origin
-    (`interactions.panels.authenticate_scope` does not)."""
+    (`interactions.panels.service.authenticate_scope` does not)."""
 
     def __init__(self, application):
         super().__init__(application, [])

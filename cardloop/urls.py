@@ -23,7 +23,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("interactions.urls")),
-    path("", include("interactions.panel_urls")),
+    path("", include("interactions.panels.urls")),
     path("", include("feedback.urls")),
     path("", include("analytics.urls")),
 ]

@@ -6,7 +6,7 @@ class FeedbackConfig(AppConfig):
     """Deliveries, revisions, worker terminals, events, the outbox and webhooks.
 
     Registers its card-action handlers (`feedback`, `feedback_detail` →
-    `feedback.revisions`) in `interactions.registry` and its event sink in
+    `feedback.revisions`) in `interactions.callbacks.registry` and its event sink in
     `interactions.events` from `ready()`, so `interactions` never imports `feedback`.
     """
 
@@ -16,7 +16,7 @@ class FeedbackConfig(AppConfig):
     def ready(self) -> None:
         from feedback import events, revisions
         from interactions import events as interaction_events
-        from interactions import registry
+        from interactions.callbacks import registry
 
         registry.register("feedback", revisions.on_feedback)
         registry.register("feedback_detail", revisions.on_feedback_detail)

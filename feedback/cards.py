@@ -3,7 +3,7 @@
 A final answer is the bot backend's own Card JSON 2.0 with Cardloop's feedback area appended
 to `body.elements`. Every component of the area has a stable `element_id`, so after a click
 only those components are replaced (CardKit element updates through
-`interactions.cards.enqueue_elements`); the answer body is never re-sent nor stored.
+`interactions.cardqueue.service.enqueue_elements`); the answer body is never re-sent nor stored.
 
 ```
 fb_divider  hr

@@ -23,7 +23,7 @@ Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
    validated with `validate_card` before anything is written (`InvalidDelivery`).
 4. **Record** the delivery (`pending`), with `content_hash` of the caller's card — never its
    text — and `webhook_destination_ids` frozen through `outbox.effective_destinations`.
-5. **Send** outside any transaction: `interactions.cards.send_card` (CardKit entity, message
+5. **Send** outside any transaction: `interactions.cardqueue.service.send_card` (CardKit entity, message
    `uuid` = delivery id so Feishu dedupes a resend for 1 h). Two-phase: when the backend sent
    the card itself (`platform_message_id` + `card_id`), the card is registered
    (`cards.register_card`), the ids are claimed for the delivery (a message another delivery
@@ -56,7 +56,7 @@ from feedback import cards as feedback_cards
 from feedback import terminals
 from feedback.models import Delivery
 from feedback.outbox import effective_destinations
-from interactions import cards
+from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
 from interactions.models import CardEntity
 

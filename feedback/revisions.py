@@ -27,7 +27,7 @@ serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
 7. otherwise: a new `Revision` (n+1 of this operator's chain, `supersedes` the previous one),
    `LatestFeedback` moved forward, `Delivery.current_revision`, the `feedback.revised` event
    and its outbox rows (`events.emit_feedback_revised`), and the new feedback-area state
-   queued as CardKit element updates (`interactions.cards.enqueue_elements`, applied after the
+   queued as CardKit element updates (`interactions.cardqueue.service.enqueue_elements`, applied after the
    callback was answered: Feishu applies nothing sent before the answer).
 
 Comment text is trimmed and checked against the snapshot (required, max length) — a failure
@@ -52,7 +52,8 @@ from django.utils.translation import gettext_lazy as _
 from feedback import cards as feedback_cards
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
-from interactions import cards, registry
+from interactions.callbacks import registry
+from interactions.cardqueue import service as cards
 from plumbing.db.rows import insert_row, quoted_table
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,12 @@
 """Admin of the interactions app.
 
-Interactions (issue 6) are read-only here (filter by status, kind, bot); "always" approval
-rules can be listed and revoked — the action calls `interactions.approvals.revoke_rule`.
+Interactions are read-only here (filter by status, kind, bot); "always" approval
+rules can be listed and revoked — the action calls `interactions.approvals.service.revoke_rule`.
 Nothing secret is shown: interactions and rules hold ids, the question and the resolution.
-Progress sessions and asks (issue 7) are read-only lists with filters; the text people typed
-as answers is not shown (only who answered, how and when).
+Progress sessions and asks are read-only lists with filters; the text people typed
+as answers is not shown (only who answered, how and when). Desktop tokens and panel
+connections are registered by `interactions.panels.admin` (imported here for Django's admin
+autodiscovery).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from interactions import approvals
+from interactions.approvals import service as approvals
+from interactions.asks.service import cancel_reason
 from interactions.models import ApprovalRule, Ask, Interaction, ProgressSession
+from interactions.panels import admin as panel_admin  # noqa: F401 - registers its admins
 from plumbing.admin import ReadOnlyAdmin, two_way_filter
 
 
@@ -98,6 +102,7 @@ RuleStateFilter = two_way_filter(
     ("revoked", _("revoked"), lambda qs: qs.filter(revoked_at__isnull=False)),
 )
 
+
 @admin.register(ApprovalRule)
 class ApprovalRuleAdmin(ReadOnlyAdmin):
     list_display = (
@@ -155,6 +160,7 @@ AskStateFilter = two_way_filter(
     ("panel_only", _("panel only"), lambda qs: qs.filter(card__isnull=True)),
 )
 
+
 @admin.register(Ask)
 class AskAdmin(ReadOnlyAdmin):
     """ask_user_questions requests: who was asked what, where, and how it ended."""
@@ -206,8 +212,6 @@ class AskAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("reason"))
     def reason(self, obj: Ask) -> str:
-        from interactions.asks import cancel_reason
-
         return "—" if obj.status == Interaction.Status.PENDING else cancel_reason(obj)
 
     @admin.display(description=_("questions"))
@@ -225,6 +229,7 @@ CancelRequestedFilter = two_way_filter(
     ("yes", _("yes"), lambda qs: qs.filter(cancel_requested_at__isnull=False)),
     ("no", _("no"), lambda qs: qs.filter(cancel_requested_at__isnull=True)),
 )
+
 
 @admin.register(ProgressSession)
 class ProgressSessionAdmin(ReadOnlyAdmin):
@@ -275,7 +280,3 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
     @admin.display(description=_("tool lines"))
     def tool_lines_pretty(self, obj: ProgressSession):
         return _pre(obj.tool_lines)
-
-
-# Desktop tokens and panel connections (question panels, issue 7).
-from interactions import panel_admin  # noqa: E402,F401

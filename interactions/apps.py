@@ -3,18 +3,38 @@ from django.utils.translation import gettext_lazy as _
 
 
 class InteractionsConfig(AppConfig):
-    """Feishu adapter, card-action registry, pending interactions, progress cards, panels."""
+    """Channels (Feishu, text fallback), the callback pipeline, the one interaction lifecycle,
+    approvals, asks and progress sessions, question panels, the card queue."""
 
     name = "interactions"
     verbose_name = _("Interactions")
 
     def ready(self) -> None:
-        from interactions import approvals, asks, registry, textcommands
+        # Imported here, not at the top: Django loads apps.py before the models exist, and
+        # these modules import the models.
+        from interactions import channels
+        from interactions.approvals import handlers as approval_handlers
+        from interactions.approvals import textcommands
+        from interactions.asks import card as session_card
+        from interactions.asks import handlers as ask_handlers
+        from interactions.asks import service as asks
+        from interactions.callbacks import registry
+        from interactions.cardqueue import service as cards
+        from interactions.channels.feishu.channel import FeishuChannel
+        from interactions.channels.text import text_channels
+        from interactions.lifecycle import resolve as lifecycle
+        from interactions.models import Interaction
 
-        # Interactions across channels (issue 6): button clicks and typed /_interaction commands.
-        registry.register("interaction", approvals.on_card_action)
+        # The channels interactions can be shown on (a new channel registers here).
+        channels.register(FeishuChannel())
+        for channel in text_channels():
+            channels.register(channel)
+        # Approvals, quick replies, forms: button clicks and typed /_interaction commands.
+        registry.register("interaction", approval_handlers.on_card_action)
         registry.register_event("im.message.receive_v1", textcommands.on_message)
-        # Progress cards and asks (issue 7): importing asks registers its resolve() hook and
-        # the card-queue renderer "progress".
-        registry.register("feishu_ask", asks.on_ask_action)
-        registry.register("progress", asks.on_progress_action)
+        # Asks and progress cards: an ask's resolution re-renders its session's card (rendered
+        # from the database when the queue applies it) and tells the requester's panels.
+        lifecycle.register_resolution_hook(Interaction.Kind.ASK, asks.on_resolved)
+        cards.register_renderer(session_card.RENDERER, session_card.render_card_entity)
+        registry.register("feishu_ask", ask_handlers.on_ask_action)
+        registry.register("progress", ask_handlers.on_progress_action)

@@ -1,19 +1,30 @@
-"""Models of the interactions app: Feishu events seen (dedupe), card entities Cardloop updates,
-and the durable card-update queue.
+"""Models of the interactions app: every model stays here (one file, no service imports).
 
-State changes live in service modules next to these models:
-`interactions/inbound.py` (claim / finish / prune of `InboundEvent`), `interactions/cards.py`
-(send, register, enqueue, release holds) and `interactions/cardworker.py` (apply queued updates).
+- `InboundEvent` (callback dedupe), `CardEntity` (cards Cardloop updates), `CardUpdate` (the
+  durable card-update queue);
+- `Interaction` (approvals, quick replies, forms, typed commands, asks) with `ApprovalRule`,
+  `Ask` (a proxy), `ProgressSession`, `PanelPresence`.
+
+State changes live in service modules next to these models: `interactions.callbacks.inbound`
+(claim / finish / prune of `InboundEvent`), `interactions.cardqueue.service` (send, register,
+enqueue, release holds) and `.worker` (apply queued updates), `interactions.lifecycle.resolve`
+(the one interaction state change), `interactions.approvals.service`, `interactions.asks`,
+`interactions.panels.presence`. Hand-written SQL is only in the querysets below, each saying
+why.
 """
 
 from __future__ import annotations
 
-from django.db import models
+from typing import Any
+
+from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
+from interactions.panels.timing import presence_ttl
+from plumbing.db.rows import insert_row, quoted_table
 from plumbing.workqueue import WorkItem, WorkStatus
 
 
@@ -22,15 +33,77 @@ class InboundEventQuerySet(models.QuerySet):
         """Rows received before `when` (what the retention sweep deletes)."""
         return self.filter(received_at__lt=when)
 
+    def claim(self, bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool]:
+        """Insert the `processing` row of (`bot`, `event_id`) unless one exists; returns
+        `(row, created)`, `created` False when another delivery claimed it first.
+
+        Hand-written, one statement, `INSERT … ON CONFLICT (bot_id, event_id) DO NOTHING
+        RETURNING id` (PostgreSQL; SQLite ≥ 3.35): the unique constraint
+        `inbound_event_unique` decides, without a transaction or savepoint of its own, so
+        outside a transaction it commits at once and other processes see the claim before
+        the handler runs. `get_or_create` needs a savepoint, a SELECT and an INSERT for the
+        same decision; every callback makes this claim, and the one-statement claim was part
+        of taking the handler thread from 24 to 14 statements a click (bench/README.md,
+        "Dedupe claim in one statement")."""
+        now = timezone.now()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {quoted_table(InboundEvent)} "  # noqa: S608 - our table name
+                "(bot_id, event_id, event_type, status, answer, received_at, finished_at) "
+                "VALUES (%s, %s, %s, %s, NULL, %s, NULL) "
+                "ON CONFLICT (bot_id, event_id) DO NOTHING RETURNING id",
+                [
+                    bot.pk,
+                    event_id,
+                    event_type,
+                    InboundEvent.Status.PROCESSING,
+                    connection.ops.adapt_datetimefield_value(now),
+                ],
+            )
+            inserted = cursor.fetchone()
+        if inserted is None:
+            return self.get(bot=bot, event_id=event_id), False
+        row = InboundEvent(
+            id=inserted[0],
+            bot=bot,
+            event_id=event_id,
+            event_type=event_type,
+            status=InboundEvent.Status.PROCESSING,
+            received_at=now,
+        )
+        row._state.adding = False
+        row._state.db = connection.alias
+        return row, True
+
+    def mark_answered(self, pk: int, toast: dict[str, Any] | None) -> None:
+        """Mark row `pk` answered, keeping only `toast` (the answer's toast, or None).
+
+        Hand-written: the same statement as `.filter(pk=pk).update(status=…, answer=…,
+        finished_at=…)`. Every callback runs it once, and building the UPDATE with the ORM
+        cost more CPU than running it (bench/README.md, "Hand-written SQL for the statements
+        every click makes": 6.6–7.1 → 4.6–5.3 ms of CPU a click with its siblings)."""
+        answer_field = InboundEvent._meta.get_field("answer")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {quoted_table(InboundEvent)} "  # noqa: S608
+                "SET status = %s, answer = %s, finished_at = %s WHERE id = %s",
+                [
+                    InboundEvent.Status.ANSWERED,
+                    answer_field.get_db_prep_save({"toast": toast} if toast else {}, connection),
+                    connection.ops.adapt_datetimefield_value(timezone.now()),
+                    pk,
+                ],
+            )
+
 
 class InboundEvent(models.Model):
     """One Feishu callback or event Cardloop accepted, keyed by (bot, `header.event_id`).
 
     The unique row is the transport-level dedupe: it is inserted (autocommit) before any handler
     runs, so a redelivered or concurrently duplicated event finds it in every process and gets
-    the stored answer instead of a second side effect (failure mode B06). Only the toast of the
+    the stored answer instead of a second side effect. Only the toast of the
     answer is kept (`answer`), never a card, a callback token, an operator id or form input.
-    Rows are deleted after `interactions.inbound.RETENTION` by the card worker's sweep.
+    Rows are deleted after `interactions.callbacks.inbound.RETENTION` by the card worker's sweep.
     """
 
     class Status(models.TextChoices):
@@ -72,6 +145,32 @@ class CardEntityQuerySet(models.QuerySet):
     def for_card_id(self, bot: Bot, card_id: str):
         """The CardKit card entity `card_id` of `bot` (0 or 1 row; none for "")."""
         return self.filter(bot=bot, card_id=card_id).exclude(card_id="")
+
+    def locked_with_pending(self, card: CardEntity | tuple[Any, str]) -> CardEntity | None:
+        """`card` (an entity, or `(bot, card_id)`) read again and locked, with `pending_pk`: the
+        id of its pending `CardUpdate` or None (None when there is no such card). Call inside
+        a transaction.
+
+        Hand-written, one statement (PostgreSQL: `FOR UPDATE OF` the entity only; SQLite has
+        one writer at a time): every card update enqueued makes it, and building it with the
+        ORM (`select_for_update(of=…)` plus a `Subquery` annotation) cost about 0.9 ms of CPU
+        per click, the statement itself a tenth of that; finding the entity and its pending
+        update in one statement took a click from 14 to 12 statements (bench/README.md)."""
+        if isinstance(card, CardEntity):
+            where, params = "e.id = %s", [card.pk]
+        else:
+            bot, card_id = card
+            # NOT (card_id = ''): the partial unique index's condition (`card_entity_card_id`);
+            # without it SQLite searches every card entity of the bot
+            where = "e.bot_id = %s AND e.card_id = %s AND NOT (e.card_id = '')"
+            params = [bot.pk, card_id]
+        lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
+        sql = (
+            f"SELECT e.*, (SELECT u.id FROM {quoted_table(CardUpdate)} u "  # noqa: S608 - ours
+            "WHERE u.card_id = e.id AND u.status = %s LIMIT 1) AS pending_pk "
+            f"FROM {quoted_table(CardEntity)} e WHERE {where} LIMIT 1{lock}"
+        )
+        return next(iter(self.raw(sql, [WorkStatus.PENDING, *params])), None)
 
 
 class CardEntity(models.Model):
@@ -130,6 +229,37 @@ class CardEntity(models.Model):
         return self.card_id or self.open_message_id
 
 
+class CardUpdateQuerySet(models.QuerySet):
+    def insert(self, update: CardUpdate) -> CardUpdate:
+        """INSERT the new `update` in the caller's transaction and return it saved.
+
+        Hand-written (`plumbing.db.rows.insert_row`, the same INSERT as `save()`): a click
+        that changes a card inserts one; `save()`'s generic path cost more CPU than the
+        statement (bench/README.md: −0.55 ms of CPU a click for the click's four inserts)."""
+        return insert_row(update)
+
+    def release_hold(self, token: str) -> int:
+        """Make the pending updates held by `token` due now (the callback's answer was sent);
+        returns how many rows.
+
+        Hand-written: the same columns and WHERE as `.filter(...).update(...)`, run after
+        every click's answer, where the ORM's UPDATE took more CPU than the statement
+        (bench/README.md, "Hand-written SQL for the statements every click makes")."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {quoted_table(CardUpdate)} SET hold_token = '', next_attempt_at = %s "  # noqa: S608
+                # NOT (hold_token = ''): the `card_update_hold` index's own condition, without
+                # which SQLite cannot use that partial index and reads every pending row
+                "WHERE hold_token = %s AND NOT (hold_token = '') AND status = %s",
+                [
+                    connection.ops.adapt_datetimefield_value(timezone.now()),
+                    token,
+                    WorkStatus.PENDING,
+                ],
+            )
+            return cursor.rowcount
+
+
 class CardUpdate(WorkItem):
     """A queued update of one card: either a whole card (`card_json`) or element replacements
     (`elements`: element_id → full element JSON). At most one *pending* row per card (database
@@ -169,6 +299,8 @@ class CardUpdate(WorkItem):
         help_text=_("Set when this update was retried as part of a newer one."),
     )
 
+    objects = CardUpdateQuerySet.as_manager()
+
     class Meta:
         verbose_name = _("card update")
         verbose_name_plural = _("card updates")
@@ -197,9 +329,9 @@ class CardUpdate(WorkItem):
 
 
 # =============================================================================================
-# Interactions across channels (issue 6): approvals, quick replies, forms, typed commands.
-# State changes: `interactions/approvals.py` (one `resolve()` for every path); rendering:
-# `interactions/interaction_cards.py`; channels: `interactions/channels.py`.
+# Interactions across channels: approvals, quick replies, forms, typed commands.
+# State changes: `interactions/lifecycle/resolve.py` (one `resolve()` for every path) and
+# `interactions/approvals/service.py`; rendering: the channel (`interactions/channels/`).
 # =============================================================================================
 
 
@@ -224,7 +356,8 @@ class InteractionQuerySet(models.QuerySet):
 
 class Interaction(models.Model):
     """A pending request for a person's input on any channel: an approval of a tool call, a
-    quick reply, a small form or a typed command (DESIGN §2 "interaction", issue 6).
+    quick reply, a small form or a typed command (any channel; rendered by the channel the row
+    names).
 
     - `public_id` (`ia_` + 16 hex) is what buttons and `/_interaction <id> <value>` carry.
     - Who may answer: `allowed_open_ids` when set, else the requester (`requester_open_id`).
@@ -232,15 +365,20 @@ class Interaction(models.Model):
     - `actions`: `[{id, label, value, style}]`; `fields` (forms): `[{name, label, type,
       options, required, placeholder}]`.
     - `status` moves once, `pending → resolved | expired | cancelled`, only through
-      `interactions.approvals.resolve` (a conditional UPDATE … WHERE status='pending'), which
+      `interactions.lifecycle.resolve.resolve` (a conditional UPDATE … WHERE status='pending'),
+      which
       also writes `resolution = {action_id, value, operator, via, at}` (`via`: card | text |
       api | timeout | cancel) and the `interaction.resolved` event.
     - `card` / `open_message_id`: the Feishu message it was rendered to (empty elsewhere).
-    - Asks (`kind="ask"`, issue 7): `public_id` is the API's `requestId`, `questions` the 1–4
+    - Asks (`kind="ask"`): `public_id` is the API's `requestId`, `questions` the 1–4
       questions, `form_index` the n of the form `ask_<n>` on the session's progress card, and
       `resolution.value` the answers `[{question, selectedLabels, customInput}]`; service
-      functions in `interactions/asks.py`, which completes them through the same `resolve()`.
+      functions in `interactions/asks/service.py`, which completes them through the same
+      `resolve()`.
     """
+
+    #: Longest question (characters) accepted in `body`.
+    MAX_BODY = 4000
 
     class Kind(models.TextChoices):
         APPROVAL = "approval", _("approval")
@@ -419,7 +557,7 @@ class ApprovalRule(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
-# Question panels: presence (issue 7, interactions.panels)
+# Question panels: presence (interactions.panels.presence)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -428,17 +566,13 @@ class PanelPresenceQuerySet(models.QuerySet):
         """Rows whose process refreshed them within `CARDLOOP_PANEL_PRESENCE_TTL` seconds and
         whose desktop token is not revoked (a revoked token's panel shows no new questions,
         even before its consumer has noticed and closed)."""
-        from interactions import panels
-
         return self.filter(
-            last_seen_at__gte=(now or timezone.now()) - panels.presence_ttl(),
+            last_seen_at__gte=(now or timezone.now()) - presence_ttl(),
             token__revoked_at__isnull=True,
         )
 
     def expired(self, now=None):
-        from interactions import panels
-
-        return self.filter(last_seen_at__lt=(now or timezone.now()) - panels.presence_ttl())
+        return self.filter(last_seen_at__lt=(now or timezone.now()) - presence_ttl())
 
     def of_user(self, bot, open_id: str):
         return self.filter(bot=bot, open_id=open_id)
@@ -447,9 +581,9 @@ class PanelPresenceQuerySet(models.QuerySet):
 class PanelPresence(models.Model):
     """One live question-panel WebSocket (`/ws/panel/`): which user it shows, which process
     serves it. Any process answers "is this user connected" from these rows
-    (`interactions.panels.is_connected`).
+    (`interactions.panels.presence.is_connected`).
 
-    Written only by `interactions.panels`: created on connect, deleted on disconnect, and
+    Written only by `interactions.panels.presence`: created on connect, deleted on disconnect, and
     `last_seen_at` refreshed by the serving process every `CARDLOOP_PANEL_HEARTBEAT` seconds.
     A process that dies leaves rows that stop being refreshed: they count as gone after
     `CARDLOOP_PANEL_PRESENCE_TTL` seconds and are swept by the next heartbeat of any process.
@@ -489,8 +623,8 @@ class PanelPresence(models.Model):
 
 
 # =============================================================================================
-# Progress cards and asks (issue 7). State changes: `interactions/asks.py`; rendering:
-# `interactions/progress_cards.py`.
+# Progress cards and asks. State changes: `interactions/asks/` (service, progress, card);
+# rendering: `interactions/render/progress_cards.py`.
 # =============================================================================================
 
 
@@ -514,7 +648,8 @@ class AskManager(models.Manager.from_queryset(AskQuerySet)):
 
 class Ask(Interaction):
     """An ask_user_questions request: an `Interaction` of kind `ask` (same table, same one
-    `approvals.resolve()`), seen through this proxy so queries and the admin name it."""
+    `interactions.lifecycle.resolve.resolve()`), seen through this proxy so queries and the
+    admin name it."""
 
     objects = AskManager()
 
@@ -542,8 +677,8 @@ class ProgressSession(models.Model):
     """The progress card of one agent session (`PUT /api/v1/sessions/<session_id>/progress`).
 
     Cardloop owns the whole card and renders it from this row plus the session's pending asks
-    (`interactions.progress_cards.render`) every time it is updated. `state_version` grows with
-    every change (state, asks, cancel request) and is passed to the card queue.
+    (`interactions.render.progress_cards.render`) every time it is updated. `state_version`
+    grows with every change (state, asks, cancel request) and is passed to the card queue.
 
     - `receive_id_type` / `receive_id`: where the card was sent (`chat_id` → `oc_…`, or
       `open_id` → a p2p chat with that user).

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from interactions.consumers import PanelConsumer
+from interactions.panels.consumer import PanelConsumer
 
 websocket_urlpatterns: list = [
     path("ws/panel/", PanelConsumer.as_asgi(), name="ws-panel"),

@@ -2,17 +2,19 @@
 
 from django.urls import path
 
-from interactions import ask_views as av
-from interactions import interaction_views as iv
-from interactions.lark import ingress
+from interactions.api import asks as av
+from interactions.api import capabilities as caps
+from interactions.api import interactions as iv
+from interactions.api import textcommands as tc
+from interactions.channels.feishu import ingress
 
 urlpatterns = [
     path("lark/<str:app_id>/callback", ingress.callback, name="lark-callback"),
-    # Interactions across channels (issue 6)
+    # Interactions across channels: approvals, quick replies, forms, typed commands
     path("api/v1/interactions", iv.InteractionCreateView.as_view(), name="interactions"),
     path(
         "api/v1/interactions/text-command",
-        iv.TextCommandView.as_view(),
+        tc.TextCommandView.as_view(),
         name="interaction-text-command",
     ),
     path(
@@ -31,8 +33,8 @@ urlpatterns = [
         name="interaction-resolve",
     ),
     path("api/v1/approvals/check", iv.ApprovalCheckView.as_view(), name="approval-check"),
-    path("api/v1/capabilities", iv.CapabilitiesView.as_view(), name="capabilities"),
-    # Progress cards and asks (issue 7)
+    path("api/v1/capabilities", caps.CapabilitiesView.as_view(), name="capabilities"),
+    # Progress cards and asks
     path(
         "api/v1/sessions/<str:session_id>/progress",
         av.ProgressView.as_view(),

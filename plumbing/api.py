@@ -145,7 +145,7 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
     - With DEBUG on or off, a `SuspiciousOperation` raised by another middleware (above all
       `DisallowedHost`: a Host header outside `ALLOWED_HOSTS`, which `CommonMiddleware` checks
       before any view) becomes Django's HTML 400. It is answered 400 `disallowed_host` (same
-      body as the Feishu callback route, `interactions.lark.asgi`) or `bad_request` JSON.
+      body as the Feishu callback route, `interactions.channels.feishu.asgi`) or `bad_request` JSON.
       This middleware therefore sits right below `SecurityMiddleware`, above every other one.
     """
 

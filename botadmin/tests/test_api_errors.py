@@ -59,7 +59,7 @@ def test_plain_django_api_view_errors_keep_the_json_shape_in_debug(
     # /lark/ is a plain Django view, outside DRF's exception handler.
     from django.core.exceptions import PermissionDenied, SuspiciousOperation
 
-    from interactions.lark import ingress
+    from interactions.channels.feishu import ingress
 
     errors = {
         "permission": PermissionDenied("no"),
@@ -140,7 +140,7 @@ def test_suspicious_request_in_a_plain_api_view_is_400_json_in_production(
     # Outside DEBUG Django answers a SuspiciousOperation with its HTML handler400 page.
     from django.core.exceptions import SuspiciousOperation
 
-    from interactions.lark import ingress
+    from interactions.channels.feishu import ingress
 
     def broken(bot, body, headers):
         raise SuspiciousOperation("odd")
@@ -158,7 +158,7 @@ def test_suspicious_request_in_a_plain_api_view_is_400_json_in_production(
 def test_a_crash_in_a_plain_api_view_is_logged_once_with_its_traceback_in_debug(
     client, lark_bot, settings, monkeypatch, caplog
 ):
-    from interactions.lark import ingress
+    from interactions.channels.feishu import ingress
 
     def broken(bot, body, headers):
         raise RuntimeError("boom")

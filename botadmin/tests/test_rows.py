@@ -9,7 +9,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from interactions import cards
+from interactions.cardqueue import service as cards
 from interactions.models import CardUpdate, InboundEvent
 from plumbing.db.rows import insert_row
 

@@ -314,7 +314,7 @@ def click(lark_callback):
 def drain_card_updates() -> int:
     """Apply every queued card update now (pacing and answer-first holds skipped: the answer
     of each test callback has already been sent)."""
-    from interactions import cardworker
+    from interactions.cardqueue import worker as cardworker
     from interactions.models import CardEntity, CardUpdate
 
     total = 0

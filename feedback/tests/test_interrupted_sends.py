@@ -15,7 +15,7 @@ from django.utils import timezone
 from feedback import deliveries
 from feedback.models import Delivery
 from feedback.tests.conftest import answer_card
-from interactions import cards
+from interactions.cardqueue import service as cards
 from interactions.models import CardEntity
 
 pytestmark = pytest.mark.django_db(transaction=True)

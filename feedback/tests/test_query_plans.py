@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from feedback.models import Delivery
 from feedback.tests.test_answer_never_stored import _exercise_every_path
+from interactions.asks import progress as progress_sessions
 from interactions.models import Ask, CardEntity, Interaction
 from plumbing.db.sqlite3 import base as sqlite_base
 
@@ -111,7 +112,6 @@ def test_lookups_by_message_card_and_request_id_use_their_unique_index(
 ):
     """The named lookups, and the card-action path's progress-session lookup built on one,
     each go through the partial unique index of the column they look up."""
-    from interactions import asks
 
     lookups = {
         "card_entity_card_id": lambda: CardEntity.objects.for_card_id(lark_bot, "card_x").first(),
@@ -123,7 +123,7 @@ def test_lookups_by_message_card_and_request_id_use_their_unique_index(
             lark_bot, "req_x"
         ).first(),
         "interaction_request_id ": lambda: Ask.objects.for_request(lark_bot, "req_x").first(),
-        "card_entity_message ": lambda: asks.session_for_message(lark_bot, "om_x"),
+        "card_entity_message ": lambda: progress_sessions.session_for_message(lark_bot, "om_x"),
         # every few seconds per outbox worker (`deliveries.fail_interrupted_sends`)
         "delivery_pending": lambda: Delivery.objects.interrupted_sends(timezone.now()).first(),
     }

@@ -3,9 +3,11 @@ card-update queue (element replacement, merging queued updates).
 
 No I/O and no Django here: state in, dict or problems out.
 
-Rules come from the Feishu docs summarised in `research/feishu.md` §5 and gotcha 13–14, and
-from failure modes B10 (buttons carry their value in `behaviors`), B12 (a card answered in a
-callback must be valid 2.0) and B13 (`config.update_multi` before and after an update).
+Rules from Feishu's Card JSON 2.0 documentation, and what Feishu does otherwise: a button
+carries its callback value in `behaviors` (a top-level `value` is not sent back), a card in a
+callback answer must be valid 2.0 (else the whole answer is rejected), and
+`config.update_multi` stays true before and after an update (else the card is updated only
+for the person who clicked).
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ def _check_button(node: dict, path: str, problems: list[str], form: _Form | None
         if "value" in node:
             problems.append(
                 f"{path}.value: a 2.0 button outside a form carries its value in "
-                'behaviors [{"type":"callback","value":…}], not at the top level (B10)'
+                'behaviors [{"type":"callback","value":…}], not at the top level (Feishu does not send that back)'
             )
         if "form_action_type" in node:
             problems.append(f"{path}.form_action_type: only buttons inside a form submit it")
@@ -286,5 +288,11 @@ def merge_updates(
 
 
 def callback_behaviors(value: dict[str, Any]) -> list[dict[str, Any]]:
-    """`behaviors` for a 2.0 button whose click sends `value` to Cardloop's callback (B10)."""
+    """`behaviors` for a 2.0 button whose click sends `value` to Cardloop's callback (a
+    top-level `value` is not sent back by Card JSON 2.0)."""
     return [{"type": "callback", "value": value}]
+
+
+def describe_card(card: Any) -> str:
+    """`"<n> bytes"`: how Open API calls are logged (never the card's text)."""
+    return f"{len(card_bytes(card))} bytes"

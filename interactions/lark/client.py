@@ -57,7 +57,9 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.token import TokenManager
 
-from interactions.lark.cardjson import card_bytes
+from interactions.lark.cardjson import card_bytes, describe_card
+from interactions.lark.dryrun import DryRunGateway
+from interactions.lark.receivers import RECEIVE_ID_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +71,11 @@ TRANSIENT_CODES = frozenset({200810, 99991661, 99991663})
 TOKEN_CODES = frozenset({99991661, 99991663})
 #: Seconds per Open API request.
 TIMEOUT = 10
-#: `receive_id_type` values Feishu accepts for sending a message.
-RECEIVE_ID_TYPES = frozenset({"chat_id", "open_id", "union_id", "user_id", "email"})
 
 
 def retry_after_seconds(headers: dict[str, str] | None) -> float | None:
     """Seconds the server asked us to wait: `Retry-After` (seconds or an HTTP date) or
-    Feishu's `x-ogw-ratelimit-reset` (seconds). None when absent or malformed (B20)."""
+    Feishu's `x-ogw-ratelimit-reset` (seconds). None when absent or malformed."""
     if not headers:
         return None
     lowered = {str(k).lower(): str(v).strip() for k, v in headers.items()}
@@ -211,8 +211,6 @@ def gateway_for(bot) -> Gateway:
     app secret (`CARDLOOP_LARK_DRY_RUN=false` without credentials).
     """
     if is_dry_run(bot):
-        from interactions.lark.dryrun import DryRunGateway
-
         return DryRunGateway(bot)
     secret = bot.secret("app_secret")
     if not secret:
@@ -405,7 +403,8 @@ class LarkGateway:
         self._call("cardkit.card.update", self.client.cardkit.v1.card.update, request)
 
     def patch_message(self, open_message_id: str, card: dict[str, Any]) -> None:
-        """Replace the card of interactive message `open_message_id` (PATCH, never PUT: B13)."""
+        """Replace the card of interactive message `open_message_id` (PATCH, never PUT: a PUT
+        replaces the card for the caller only)."""
         request = (
             PatchMessageRequest.builder()
             .message_id(open_message_id)
@@ -416,7 +415,7 @@ class LarkGateway:
 
     def get_message(self, open_message_id: str) -> dict[str, Any]:
         """Read message `open_message_id`: `{"message_id", "msg_type", "chat_id", "content"}`.
-        `content` is Feishu's rendering, not the JSON Cardloop sent (feishu.md §6)."""
+        `content` is Feishu's rendering, not the JSON Cardloop sent."""
         request = GetMessageRequest.builder().message_id(open_message_id).build()
         response = self._call("im.message.get", self.client.im.v1.message.get, request)
         items = response.data.items or []
@@ -448,16 +447,6 @@ class LarkGateway:
         )
         response = self._call("im.message.reply", self.client.im.v1.message.reply, request)
         return response.data.message_id
-
-
-def describe_card(card: Any) -> str:
-    """`"<n> bytes"`: how calls are logged (never the card's text)."""
-    return f"{len(card_bytes(card))} bytes"
-
-
-def loggable_receiver(receive_id: str, receive_id_type: str) -> str:
-    """A chat_id is logged; a person's id (open_id, union_id, user_id, email) is not."""
-    return receive_id if receive_id_type == "chat_id" else f"<{receive_id_type}>"
 
 
 __all__ = [

@@ -18,7 +18,8 @@ import logging
 import secrets
 from typing import Any
 
-from interactions.lark.client import RECEIVE_ID_TYPES, describe_card, loggable_receiver
+from interactions.lark.cardjson import describe_card
+from interactions.lark.receivers import RECEIVE_ID_TYPES, loggable_receiver
 
 log = logging.getLogger(__name__)
 

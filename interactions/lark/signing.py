@@ -1,14 +1,15 @@
 """Encrypt and sign a callback body exactly as Feishu does (for `lark_replay` and the tests).
 
-Feishu's scheme (`research/feishu.md` §3, fixtures README):
+Feishu's scheme (Feishu's documentation of encrypted event subscriptions; the fixtures'
+README in `tests/fixtures/feishu/README.md`):
 - body `{"encrypt": base64(iv ‖ AES-256-CBC(PKCS7(json)))}` with key = SHA-256(encrypt key)
   and a random 16-byte IV;
 - headers `X-Lark-Request-Timestamp` (seconds), `X-Lark-Request-Nonce` and
   `X-Lark-Signature` = lower-case hex SHA-256 of `timestamp + nonce + encrypt_key + raw body`.
 
-Verification on the way in is done by lark-oapi (`interactions.lark.ingress`); this module only
-produces what Feishu would send. Decryption uses lark-oapi's own `AESCipher` so the two sides
-are checked against each other.
+Verification on the way in is done by lark-oapi (`interactions.channels.feishu.ingress`); this
+module only produces what Feishu would send. Decryption uses lark-oapi's own `AESCipher` so the
+two sides are checked against each other.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def encrypt(plaintext: bytes, encrypt_key: str, *, iv: bytes | None = None) -> s
 
 def decrypt(ciphertext: str, encrypt_key: str) -> str:
     """Inverse of `encrypt`, through lark-oapi's `AESCipher` (raises ValueError when invalid)."""
+    # imported here: lark-oapi takes seconds to import, and `encrypt` / `signature` need none
     from lark_oapi.core.utils import AESCipher
 
     return AESCipher(encrypt_key).decrypt_str(ciphertext)

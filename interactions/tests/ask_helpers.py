@@ -1,4 +1,4 @@
-"""Shared helpers and fixtures of the progress-card / ask tests (issue 7). Import into a test
+"""Shared helpers and fixtures of the progress-card / ask tests. Import into a test
 module with `from interactions.tests.ask_helpers import *  # noqa: F403`."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import asks, cardworker, panels
+from interactions.asks import progress as progress_sessions
+from interactions.cardqueue import worker as cardworker
 from interactions.models import CardEntity
+from interactions.panels import presence as panel_presence
 
 REQUESTER = "ou_requester"
 OTHER = "ou_other"
@@ -42,7 +44,7 @@ QUESTIONS = [
 
 
 class PanelRecorder:
-    """Monkeypatched `interactions.panels`: who is connected, and every push made."""
+    """Monkeypatched `interactions.panels.service`: who is connected, and every push made."""
 
     def __init__(self):
         self.connected: set[str] = set()
@@ -61,15 +63,15 @@ class PanelRecorder:
 @pytest.fixture
 def panel(monkeypatch):
     recorder = PanelRecorder()
-    monkeypatch.setattr(panels, "is_connected", recorder.is_connected)
-    monkeypatch.setattr(panels, "push", recorder.push)
+    monkeypatch.setattr(panel_presence, "is_connected", recorder.is_connected)
+    monkeypatch.setattr(panel_presence, "push", recorder.push)
     return recorder
 
 
 @pytest.fixture
 def progress(lark_stub, lark_bot):
     """A running progress session of `lark_bot` whose card was sent to the stub."""
-    result = asks.update_progress(
+    result = progress_sessions.update_progress(
         lark_bot,
         SESSION,
         status="running",

@@ -1,4 +1,4 @@
-"""Shared helpers and fixtures of the interaction tests (issue 6). Import the fixtures into a
+"""Shared helpers and fixtures of the interaction tests. Import the fixtures into a
 test module with `from interactions.tests.ia_helpers import *  # noqa: F403`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import approvals
+from interactions.approvals import service as approvals
 from interactions.models import Interaction
 
 REQUESTER = "ou_requester"
@@ -35,7 +35,7 @@ def build(**overrides) -> Interaction:
     }
     values.update(overrides)
     if values["kind"] == Interaction.Kind.APPROVAL and "actions" not in overrides:
-        from interactions.interaction_cards import approval_actions
+        from interactions.render.interaction_cards import approval_actions
 
         values["actions"] = approval_actions()
     return Interaction(**values)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from interactions import asks
+from interactions.asks import service as asks
 from interactions.models import ProgressSession
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER

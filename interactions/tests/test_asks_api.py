@@ -12,7 +12,7 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
-from interactions import asks
+from interactions.asks import service as asks
 from interactions.models import Ask, ProgressSession
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import (
@@ -220,7 +220,7 @@ def test_an_idempotency_key_an_approval_already_holds_is_refused_400_and_nothing
 ):
     """One key space per bot (the `interaction_request_id` unique index): before, the ask's
     insert hit the index, and the retry branch found no ask to return (a 500)."""
-    from interactions import approvals
+    from interactions.approvals import service as approvals
     from interactions.models import Interaction
 
     put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)

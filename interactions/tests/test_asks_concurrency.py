@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connections
 
-from interactions import asks
+from interactions.asks import progress as progress_sessions
+from interactions.asks import service as asks
 from interactions.models import Ask
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION
@@ -40,7 +41,9 @@ def test_recovering_racing_submits_never_deadlocks(lark_bot, progress, panel):
         def recover():
             try:
                 gate.wait(10)
-                return asks.update_progress(lark_bot, SESSION, status="recovering").invalidated
+                return progress_sessions.update_progress(
+                    lark_bot, SESSION, status="recovering"
+                ).invalidated
             finally:
                 connections.close_all()
 
@@ -52,4 +55,4 @@ def test_recovering_racing_submits_never_deadlocks(lark_bot, progress, panel):
             invalidated = restart.result(timeout=30)
         assert submitted + invalidated == 3
         assert not Ask.objects.pending().exists()
-        asks.update_progress(lark_bot, SESSION, status="running")
+        progress_sessions.update_progress(lark_bot, SESSION, status="running")

@@ -1,4 +1,4 @@
-"""The contract the panel builds on (`interactions.asks`): open_asks_for, panel_message,
+"""The contract the panel builds on (`interactions.asks.service`): open_asks_for, panel_message,
 cancelled_message, submit_answers — with a monkeypatched connected panel, no card."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from feedback.models import Event
-from interactions import asks
+from interactions.asks import service as asks
 from interactions.models import Ask, Interaction
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import OTHER, QUESTIONS, REQUESTER

@@ -11,7 +11,12 @@ import pytest
 from django.utils import timezone
 
 from feedback.models import Event
-from interactions import approvals, asks, cards, cardworker
+from interactions.asks import card as session_card
+from interactions.asks import progress as progress_sessions
+from interactions.asks import service as asks
+from interactions.cardqueue import service as cards
+from interactions.cardqueue import worker as cardworker
+from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Ask, CardUpdate, ProgressSession
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import (
@@ -148,7 +153,7 @@ def test_an_option_index_that_is_not_an_option_gets_a_warning_toast_not_an_error
     assert not [r for r in caplog.records if r.exc_info]
 
 
-def test_b14_multi_select_submit_records_every_choice_and_empty_multi_is_refused(
+def test_multi_select_submit_records_every_choice_and_empty_multi_is_refused(
     lark_callback, lark_bot, progress, panel
 ):
     multi = [dict(QUESTIONS[1])]
@@ -221,7 +226,7 @@ def test_timeout_clears_the_form_tells_panels_and_long_polls_answer_timeout(
     ask = register(lark_bot)
     run_queue()
     Ask.objects.filter(pk=ask.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert approvals.expire_due() == 1
+    assert lifecycle.expire_due() == 1
     assert panel.of_type("ask_user_questions_cancelled") == [
         asks.cancelled_message(ask.public_id, "timeout")
     ]
@@ -233,7 +238,7 @@ def test_timeout_clears_the_form_tells_panels_and_long_polls_answer_timeout(
 
 def test_terminal_progress_state_ends_pending_asks(lark_stub, lark_bot, progress, panel):
     ask = register(lark_bot)
-    result = asks.update_progress(lark_bot, SESSION, status="completed")
+    result = progress_sessions.update_progress(lark_bot, SESSION, status="completed")
     assert result.invalidated == 1
     assert panel.of_type("ask_user_questions_cancelled") == [
         asks.cancelled_message(ask.public_id, "session_ended")
@@ -256,7 +261,7 @@ def test_a_cleared_form_never_comes_back_in_a_later_update(
     # … then the claimed update is applied: it is rendered now, without the form
     lark_stub.fail("PUT", "/open-apis/cardkit/v1/cards/", code=11232, http_status=429, times=1)
     assert cardworker.apply_update(claimed, token) == "retry"
-    asks.update_progress(lark_bot, SESSION, status="running", summary="Step 3 of 5")
+    progress_sessions.update_progress(lark_bot, SESSION, status="running", summary="Step 3 of 5")
     CardUpdate.objects.filter(status=WorkStatus.PENDING).update(next_attempt_at=timezone.now())
     run_queue()
     card = stub_card(lark_stub, progress)
@@ -274,7 +279,7 @@ def test_runtime_restart_invalidates_asks_and_an_old_form_never_reaches_the_new_
     run_queue()
     # Cardloop itself restarting loses nothing: the state is in the database
     assert asks.open_asks_for(lark_bot, REQUESTER)[0].public_id == old.public_id
-    result = asks.update_progress(lark_bot, SESSION, status="recovering")
+    result = progress_sessions.update_progress(lark_bot, SESSION, status="recovering")
     assert result.invalidated == 1
     assert panel.of_type("ask_user_questions_cancelled") == [
         asks.cancelled_message(old.public_id, "recovering")
@@ -284,7 +289,7 @@ def test_runtime_restart_invalidates_asks_and_an_old_form_never_reaches_the_new_
     assert not has_form(card)
     assert "progress_recovery" in [e.get("element_id") for e in card["body"]["elements"]]
     # the restarted runtime resumes and asks again
-    asks.update_progress(lark_bot, SESSION, status="running")
+    progress_sessions.update_progress(lark_bot, SESSION, status="running")
     new = register(lark_bot)
     body = answer_of(lark_callback(submit_payload(old, progress)))
     assert toast(body)[0] == "问题已失效"
@@ -323,7 +328,9 @@ def test_cancel_task_button_records_the_request_for_the_requester_only(
 
 
 def test_progress_renderer_is_registered_with_the_card_queue(progress):
-    assert cards.render_now(progress.card, asks.RENDERER) == asks.render_session(progress)
+    assert cards.render_now(progress.card, session_card.RENDERER) == session_card.render_session(
+        progress
+    )
 
 
 def test_session_details_button_answers_a_toast_with_the_state(

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from interactions import asks, registry
+from interactions.asks import handlers as ask_handlers
+from interactions.asks import progress as progress_sessions
+from interactions.asks import service as asks
+from interactions.callbacks import registry
 from interactions.models import Ask, CardEntity, ProgressSession
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION, forms_of
@@ -41,7 +44,7 @@ def test_pending_ask_survives_a_restart_and_recovering_invalidates_it(
     assert [f["name"] for f in forms_of(lark_stub.cards[card_id].card)] == ["ask_0"]
     assert [a.public_id for a in asks.open_asks_for(lark_bot, REQUESTER)] == [ask.public_id]
 
-    asks.update_progress(lark_bot, SESSION, status="recovering")
+    progress_sessions.update_progress(lark_bot, SESSION, status="recovering")
     worker_once(lark_stub)
     card = lark_stub.cards[card_id].card
     assert forms_of(card) == []
@@ -55,6 +58,6 @@ def test_pending_ask_survives_a_restart_and_recovering_invalidates_it(
             "event.context.open_message_id": progress.card.open_message_id,
         },
     )
-    answer = asks.on_ask_action(registry.CardAction.from_payload(lark_bot, payload))
+    answer = ask_handlers.on_ask_action(registry.CardAction.from_payload(lark_bot, payload))
     assert answer.toast.zh_cn == "问题已失效"
     assert Ask.objects.get(pk=ask.pk).status == "cancelled"

@@ -1,4 +1,4 @@
-"""`interactions.lark.asgi.LarkCallbackApp`: the Feishu callback route in front of Django, through
+"""`interactions.channels.feishu.asgi.LarkCallbackApp`: the Feishu callback route in front of Django, through
 `cardloop.asgi.application` (channels' `HttpCommunicator`)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from django.db import connections
 from django.db.backends.signals import connection_created as connection_created_signal
 from django.utils import timezone
 
-from interactions import cards, registry
+from interactions.callbacks import registry
+from interactions.cardqueue import service as cards
 from interactions.lark.signing import seal
 from interactions.models import CardUpdate, InboundEvent
 from interactions.tests.test_cardjson import feedback_card
@@ -326,7 +327,7 @@ async def test_a_click_cancelled_by_a_stopping_server_never_leaves_its_thread_wa
     import asyncio
 
     from cardloop.asgi import application
-    from interactions.lark import asgi
+    from interactions.channels.feishu import asgi
 
     monkeypatch.setattr(asgi, "SEND_WAIT_SECONDS", 30.0)
     entity = await sync_to_async(cards.send_card)(

@@ -1,4 +1,5 @@
-"""The Card JSON 2.0 validator (rules from feishu.md §5, B10, B12, B13) and the pure helpers
+"""The Card JSON 2.0 validator (Feishu's 2.0 rules: values in `behaviors`, valid answer cards,
+`update_multi`) and the pure helpers
 the card-update queue uses to merge updates."""
 
 from __future__ import annotations

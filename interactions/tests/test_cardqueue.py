@@ -1,6 +1,6 @@
 """The CardKit card-update queue and its worker, against the Open API stub: coalescing,
 strictly increasing sequences, backoff on 230020, pacing, ordering, held-until-answered,
-stale recovery, B12 fallback, and two workers on PostgreSQL."""
+stale recovery, an invalid answer card queued instead, and two workers on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from interactions import cards, cardworker, registry
+from interactions.callbacks import registry
+from interactions.cardqueue import service as cards
+from interactions.cardqueue import worker as cardworker
 from interactions.models import CardEntity, CardUpdate
 from interactions.tests.test_cardjson import feedback_card
 from plumbing.workqueue import WorkStatus, claim_due
@@ -210,7 +212,7 @@ def test_backoff_doubles_with_jitter_and_is_capped():
 def test_permanent_error_is_recorded_and_not_retried(entity, lark_stub, caplog):
     lark_stub.fail("PUT", "/open-apis/cardkit/v1/cards/", code=230099, msg="card content invalid")
     cards.enqueue_elements(entity, {"fb_prompt": md("x")})
-    with caplog.at_level(logging.WARNING, logger="interactions.cardworker"):
+    with caplog.at_level(logging.WARNING, logger="interactions.cardqueue.worker"):
         cardworker.run_due()
     row = CardUpdate.objects.get()
     assert (row.status, row.error_code, row.attempts) == (WorkStatus.FAILED, 230099, 1)
@@ -407,7 +409,7 @@ def test_card_worker_command_once_applies_due_updates(entity, lark_stub):
 
 
 # ---------------------------------------------------------------------------------------------
-# Answer first: held until the callback was answered; B12
+# Answer first: held until the callback was answered; an invalid answer card is queued
 # ---------------------------------------------------------------------------------------------
 
 
@@ -484,7 +486,7 @@ def test_invalid_answer_card_is_answered_toast_only_and_patched_after_the_answer
     message = cards.send_card(lark_bot, feedback_card(), receive_id="oc_group_chat", entity=False)
     broken = feedback_card()
     button = broken["body"]["elements"][1]["columns"][0]["elements"][0]
-    button["value"] = {"kind": "feedback"}  # B10: a 1.0-style value; our validator refuses it
+    button["value"] = {"kind": "feedback"}  # a 1.0-style top-level value: the validator refuses it
     register_card_handler("feedback", lambda action: registry.Answer.success("Done", card=broken))
     body = feishu.payload(
         "card_action_feedback_click", {"event.context.open_message_id": message.open_message_id}

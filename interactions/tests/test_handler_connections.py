@@ -1,4 +1,4 @@
-"""Database connections of the callback handler threads (`interactions.lark.dispatcher.POOL`):
+"""Database connections of the callback handler threads (`interactions.callbacks.dispatcher.POOL`):
 on SQLite each thread keeps its connection from one click to the next; on PostgreSQL every
 click gives its connection back to the process's pool."""
 
@@ -11,8 +11,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.db.backends.signals import connection_created
 
-from interactions import registry
-from interactions.lark import dispatcher
+from interactions.callbacks import dispatcher, registry
 from interactions.lark.signing import seal
 from interactions.tests.test_callback_asgi import _scope
 from plumbing.db.sqlite3.base import keep_connections_in_this_thread

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connections
 
-from interactions import inbound
+from interactions.callbacks import inbound
 from interactions.models import InboundEvent
 
 

@@ -1,6 +1,7 @@
-"""`POST /lark/<app_id>/callback`: verification (B01, B02), routing and answers (B07), dedupe at
-the transport (B06), the callback budget, and real-format fixtures — all through Django's test
-client with bodies encrypted and signed exactly as Feishu does."""
+"""`POST /lark/<app_id>/callback`: verification (URL challenge, signature), routing and JSON
+answers (never a 500), dedupe at the transport (a repeated event is handled once), the callback
+budget, and real-format fixtures — all through Django's test client with bodies encrypted and
+signed exactly as Feishu does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 import pytest
 from django.db import connections
 
-from interactions import registry
+from interactions.callbacks import registry
 from interactions.lark.signing import seal, signature
 from interactions.models import InboundEvent
 from tests import feishu
@@ -38,7 +39,7 @@ def _assert_json(response):
 
 
 # ---------------------------------------------------------------------------------------------
-# B01: URL verification (plain and encrypted) without signature headers
+# URL verification (plain and encrypted) without signature headers, only with the right token
 # ---------------------------------------------------------------------------------------------
 
 
@@ -110,7 +111,7 @@ def test_encrypted_signed_card_action_is_decrypted_and_dispatched(
 
 
 # ---------------------------------------------------------------------------------------------
-# B02: one sha256 verifier with the encrypt key, on every path
+# One sha256 verifier with the encrypt key, on every path
 # ---------------------------------------------------------------------------------------------
 
 
@@ -208,7 +209,7 @@ def test_wrong_verification_token_inside_a_signed_card_action_is_401(lark_callba
 
 
 # ---------------------------------------------------------------------------------------------
-# B07: every click is routed and answered with JSON
+# Every click is routed and answered with JSON, never a 500
 # ---------------------------------------------------------------------------------------------
 
 
@@ -240,7 +241,7 @@ def test_raising_handler_gets_an_error_toast_and_the_traceback_is_logged(
         raise RuntimeError("boom in handler")
 
     register_card_handler("feedback", broken)
-    with caplog.at_level(logging.ERROR, logger="interactions.lark.dispatcher"):
+    with caplog.at_level(logging.ERROR, logger="interactions.callbacks.dispatcher"):
         response = lark_callback(feishu.payload("card_action_feedback_click"))
     assert response.status_code == 200
     assert _assert_json(response)["toast"]["type"] == "error"
@@ -338,7 +339,9 @@ def test_payloads_lark_oapi_cannot_read_are_one_warning_line_without_a_traceback
     assert _assert_json(response)["error"] == "malformed_payload"
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert [r for r in caplog.records if r.exc_info] == []
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "interactions.lark.ingress"]
+    (line,) = [
+        r.getMessage() for r in caplog.records if r.name == "interactions.channels.feishu.ingress"
+    ]
     assert "could not process (" in line and "refused with 400" in line
     assert "\n" not in line and "\x1b" not in line
 
@@ -346,7 +349,7 @@ def test_payloads_lark_oapi_cannot_read_are_one_warning_line_without_a_traceback
 def test_an_error_raised_in_cardloops_own_processor_keeps_its_traceback(
     lark_callback, monkeypatch, caplog
 ):
-    from interactions.lark import ingress
+    from interactions.channels.feishu import ingress
 
     def broken(self, data):
         raise RuntimeError("bug in Cardloop")
@@ -466,7 +469,7 @@ def test_callback_logs_never_contain_tokens_or_operator_ids(
 
 
 # ---------------------------------------------------------------------------------------------
-# B06 at the transport, and the budget
+# A repeated event is handled once (dedupe at the transport), and the budget
 # ---------------------------------------------------------------------------------------------
 
 

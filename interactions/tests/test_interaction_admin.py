@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from interactions import approvals
+from interactions.approvals import service as approvals
 from interactions.models import ApprovalRule
 from interactions.tests.ia_helpers import *  # noqa: F403
 

@@ -19,7 +19,10 @@ from django.db import connections
 from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
-from interactions import approvals, interaction_views
+from interactions.api import interactions as interaction_views
+from interactions.approvals import service as approvals
+from interactions.lifecycle import longpoll, waiters
+from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
 from interactions.tests.ia_helpers import CHAT, FORM_FIELDS, QUICK_ACTIONS, REQUESTER
 from tests.feishu import assert_valid_card
@@ -137,7 +140,7 @@ def test_a_request_id_reused_for_another_request_is_400_not_the_first_answer(
 
 
 def test_a_retry_sends_an_interaction_whose_first_send_was_interrupted(api, lark_stub, lark_bot):
-    from interactions import approvals
+    from interactions.approvals import service as approvals
 
     # the creating request died between recording the interaction and sending it
     row, _ = approvals.create_interaction(
@@ -233,7 +236,7 @@ def test_send_failure_is_a_502_and_the_interaction_is_cancelled_with_its_event(a
     row = Interaction.objects.get(public_id=ia["id"])
     assert row.status == "cancelled" and row.body == "rm -rf build/"
     Event = apps.get_model("feedback", "Event")
-    assert Event.objects.filter(event_id=approvals.stable_event_id(row.public_id)).count() == 1
+    assert Event.objects.filter(event_id=lifecycle.stable_event_id(row.public_id)).count() == 1
 
 
 def test_feishu_answering_html_is_also_a_502(api, lark_stub):
@@ -477,8 +480,8 @@ def _resolve_later(ia_id: str, started: threading.Event) -> threading.Thread:
 async def test_long_poll_is_woken_early_by_the_resolution(api, lark_stub, monkeypatch):
     """With database polls 30 s apart, only the wake-up sent after the resolution committed
     can end a 50 s wait within the 20 s guard: the wait returns early, resolved."""
-    monkeypatch.setattr(interaction_views, "FIRST_POLL_INTERVAL", 30.0)
-    monkeypatch.setattr(interaction_views, "MAX_POLL_INTERVAL", 30.0)
+    monkeypatch.setattr(longpoll, "FIRST_POLL_INTERVAL", 30.0)
+    monkeypatch.setattr(longpoll, "MAX_POLL_INTERVAL", 30.0)
     created = await sync_to_async(create)(api)
     ia_id = created.json()["interaction"]["id"]
     started = threading.Event()
@@ -504,10 +507,10 @@ async def test_long_poll_in_another_process_is_woken_through_the_redis_channel_l
 ):
     """The waiter does not register for in-process wake-ups (as if the resolution happened
     in another process): only the Redis group message can end the wait within the guard."""
-    monkeypatch.setattr(interaction_views, "FIRST_POLL_INTERVAL", 30.0)
-    monkeypatch.setattr(interaction_views, "MAX_POLL_INTERVAL", 30.0)
-    monkeypatch.setattr(approvals, "add_local_waiter", lambda *args: None)
-    assert approvals.channel_layer_for_waiters() is not None
+    monkeypatch.setattr(longpoll, "FIRST_POLL_INTERVAL", 30.0)
+    monkeypatch.setattr(longpoll, "MAX_POLL_INTERVAL", 30.0)
+    monkeypatch.setattr(waiters, "add_local_waiter", lambda *args: None)
+    assert waiters.channel_layer_for_waiters() is not None
     created = await sync_to_async(create)(api)
     ia_id = created.json()["interaction"]["id"]
     started = threading.Event()
@@ -527,9 +530,9 @@ async def test_long_poll_in_another_process_is_woken_through_the_redis_channel_l
 
 @pytest.mark.django_db(transaction=True)
 async def test_long_poll_is_still_correct_without_the_channel_message(api, lark_stub, monkeypatch):
-    monkeypatch.setattr(interaction_views, "FIRST_POLL_INTERVAL", 0.1)
-    monkeypatch.setattr(interaction_views, "MAX_POLL_INTERVAL", 0.2)
-    monkeypatch.setattr(approvals, "notify_waiters", lambda public_id: None)
+    monkeypatch.setattr(longpoll, "FIRST_POLL_INTERVAL", 0.1)
+    monkeypatch.setattr(longpoll, "MAX_POLL_INTERVAL", 0.2)
+    monkeypatch.setattr(waiters, "notify_waiters", lambda public_id: None)
     created = await sync_to_async(create)(api)
     ia_id = created.json()["interaction"]["id"]
     started = threading.Event()

@@ -13,7 +13,11 @@ import pytest
 from django.apps import apps
 from django.db import connections
 
-from interactions import approvals, registry, textcommands
+from interactions.approvals import handlers as approval_handlers
+from interactions.approvals import service as approvals
+from interactions.approvals import textcommands
+from interactions.callbacks import registry
+from interactions.lifecycle import resolve as lifecycle
 from interactions.models import CardUpdate, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, REQUESTER
@@ -45,7 +49,9 @@ def attempt(index: int, pk: int, bot, gate: threading.Event) -> tuple[str, bool,
                     "event.action.value.action_value": value,
                 },
             )
-            answer = approvals.on_card_action(registry.CardAction.from_payload(bot, payload))
+            answer = approval_handlers.on_card_action(
+                registry.CardAction.from_payload(bot, payload)
+            )
             won = answer.toast.type == "success"
             shown = Interaction.objects.get(pk=pk).resolution["via"]
             return path, won, shown
@@ -57,12 +63,12 @@ def attempt(index: int, pk: int, bot, gate: threading.Event) -> tuple[str, bool,
         if path == "api":
             try:
                 outcome = approvals.answer(ia, choice=value, via="api", check_operator=False)
-            except approvals.Refused as refused:
+            except lifecycle.Refused as refused:
                 return path, False, refused.interaction.resolution["via"]
         elif path == "timeout":
-            outcome = approvals.expire(ia)
+            outcome = lifecycle.expire(ia)
         else:
-            outcome = approvals.cancel(ia)
+            outcome = lifecycle.cancel(ia)
         return path, outcome.won, outcome.interaction.resolution["via"]
     finally:
         connections.close_all()
@@ -90,7 +96,7 @@ def test_two_hundred_concurrent_resolutions_have_exactly_one_winner(
     assert final.resolution["via"] == winner_via
     assert all(shown == winner_via for _path, _won, shown in results)
     Event = apps.get_model("feedback", "Event")
-    assert Event.objects.filter(event_id=approvals.stable_event_id(ia.public_id)).count() == 1
+    assert Event.objects.filter(event_id=lifecycle.stable_event_id(ia.public_id)).count() == 1
     assert Event.objects.filter(type="interaction.resolved").count() == 1
     assert CardUpdate.objects.filter(card=final.card, status=WorkStatus.PENDING).count() == 1
     assert Counter(r[0] for r in results) == {p: ATTEMPTS // len(PATHS) for p in PATHS}

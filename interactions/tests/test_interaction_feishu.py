@@ -1,6 +1,7 @@
 """Interactions through the real Feishu ingress: the `card_action_approval.json` fixture
 encrypted and signed as Feishu does, the `im_message_receive.json` typed command, answers
-within the budget, held card updates (answer first), B07/B10/B12/B13 for approval cards."""
+within the budget, held card updates (answer first); approval cards answer JSON, carry values
+in `behaviors`, are valid in an answer and keep `update_multi`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import approvals, cardworker
+from interactions.approvals import service as approvals
+from interactions.cardqueue import worker as cardworker
+from interactions.lifecycle import resolve as lifecycle
 from interactions.models import CardEntity, CardUpdate, InboundEvent, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, OTHER, REQUESTER
@@ -124,7 +127,7 @@ def test_expired_card_click_shows_expired_and_the_sweeper_then_updates_the_card(
     Interaction.objects.filter(pk=approval.pk).update(expires_at=timezone.now())
     body = answer_of(lark_callback(click_payload(approval)))
     assert body["toast"]["i18n"]["zh_cn"] == "已过期"
-    assert approvals.expire_due() == 1
+    assert lifecycle.expire_due() == 1
     run_queue()
     stub_card = lark_stub.cards[approval.card.card_id].card
     assert not has_buttons(stub_card) and "超时未回答：已拒绝" in json.dumps(

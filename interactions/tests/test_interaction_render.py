@@ -1,14 +1,16 @@
 """Renderers of interactions (pure): Feishu Card JSON 2.0 for every kind and state (validated
-by the card validator, B10/B13), the text fallback, and the channel capability tables."""
+by the card validator: values in `behaviors`, no live controls once final), the text fallback,
+and the channel capability tables."""
 
 from __future__ import annotations
 
 import pytest
 from django.utils import translation
 
-from interactions import channels, interaction_cards
-from interactions.interaction_cards import fallback_text, feishu_card, render
+from interactions.channels import kinds as channels
 from interactions.models import Interaction
+from interactions.render import interaction_cards
+from interactions.render.interaction_cards import fallback_text, feishu_card, render
 from interactions.tests.ia_helpers import FORM_FIELDS, QUICK_ACTIONS, build
 from tests.feishu import assert_valid_card
 
@@ -72,7 +74,7 @@ def test_every_kind_and_state_renders_a_valid_card_and_only_pending_has_controls
     if status == "pending" and kind in ("approval", "quick_reply", "form"):
         assert _buttons(card), "a pending card offers its actions"
     if status != "pending":
-        assert _buttons(card) == [] and not has_form, "a final card has no live controls (B13)"
+        assert _buttons(card) == [] and not has_form, "a final card has no live controls"
 
 
 def test_pending_approval_has_approve_primary_deny_danger_always_default_with_callback_values():
@@ -84,7 +86,7 @@ def test_pending_approval_has_approve_primary_deny_danger_always_default_with_ca
         ("Always allow", "default"),
     ]
     for button, action_id in zip(buttons, ["approve", "deny", "always"], strict=True):
-        assert "value" not in button, "2.0 buttons carry the value in behaviors (B10)"
+        assert "value" not in button, "2.0 buttons carry the value in behaviors"
         assert button["behaviors"] == [
             {
                 "type": "callback",
@@ -201,7 +203,7 @@ def test_text_fallback_is_translated():
 
 
 # ---------------------------------------------------------------------------------------------
-# Channel capabilities and the seed rule
+# Channel capabilities and the session rule
 # ---------------------------------------------------------------------------------------------
 
 

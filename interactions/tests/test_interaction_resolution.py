@@ -12,7 +12,12 @@ from django.apps import apps
 from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
-from interactions import approvals, cardworker, registry, textcommands
+from interactions.approvals import handlers as approval_handlers
+from interactions.approvals import service as approvals
+from interactions.approvals import textcommands
+from interactions.callbacks import registry
+from interactions.cardqueue import worker as cardworker
+from interactions.lifecycle import resolve as lifecycle
 from interactions.models import ApprovalRule, CardUpdate, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
 from interactions.tests.ia_helpers import CHAT, OTHER, REQUESTER
@@ -46,7 +51,7 @@ def sent(lark_stub, lark_bot, make_interaction):
 
 def events_of(ia):
     Event = apps.get_model("feedback", "Event")
-    return list(Event.objects.filter(event_id=approvals.stable_event_id(ia.public_id)))
+    return list(Event.objects.filter(event_id=lifecycle.stable_event_id(ia.public_id)))
 
 
 def click(bot, ia, action_value="approve", *, operator=REQUESTER, chat=CHAT, form=None):
@@ -61,7 +66,7 @@ def click(bot, ia, action_value="approve", *, operator=REQUESTER, chat=CHAT, for
     if form is not None:
         changes["event.action.form_value"] = form
     action = registry.CardAction.from_payload(bot, feishu.payload("card_action_approval", changes))
-    return approvals.on_card_action(action)
+    return approval_handlers.on_card_action(action)
 
 
 def type_command(bot, ia, value="approve", *, operator=REQUESTER, chat=CHAT):
@@ -135,8 +140,8 @@ def test_cancel_through_the_api(lark_bot, sent, api):
 
 def test_timeout_through_the_sweeper_denies_an_approval(lark_bot, sent):
     ia = sent()
-    assert approvals.expire_due(now=ia.expires_at - timedelta(seconds=1)) == 0
-    assert approvals.expire_due(now=ia.expires_at + timedelta(seconds=1)) == 1
+    assert lifecycle.expire_due(now=ia.expires_at - timedelta(seconds=1)) == 0
+    assert lifecycle.expire_due(now=ia.expires_at + timedelta(seconds=1)) == 1
     ia = reload(ia)
     assert ia.status == "expired"
     assert (ia.resolution["via"], ia.resolution["action_id"], ia.resolution["value"]) == (
@@ -145,7 +150,7 @@ def test_timeout_through_the_sweeper_denies_an_approval(lark_bot, sent):
         "deny",
     )
     assert len(events_of(ia)) == 1
-    assert approvals.expire_due(now=ia.expires_at + timedelta(seconds=2)) == 0
+    assert lifecycle.expire_due(now=ia.expires_at + timedelta(seconds=2)) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +171,7 @@ def _win(path, bot, ia, api):
             == 200
         )
     elif path == "timeout":
-        assert approvals.expire_due(now=ia.expires_at + timedelta(seconds=1)) == 1
+        assert lifecycle.expire_due(now=ia.expires_at + timedelta(seconds=1)) == 1
     elif path == "cancel":
         assert api.post(f"/api/v1/interactions/{ia.public_id}/cancel").status_code == 200
 
@@ -193,7 +198,7 @@ def _lose(path, bot, ia, api) -> dict:
         assert response.status_code == 409 and response.json()["error"] == "already_final"
         return response.json()["detail"]["interaction"]["resolution"]
     if path == "timeout":
-        outcome = approvals.expire(reload(ia))
+        outcome = lifecycle.expire(reload(ia))
         assert not outcome.won
         return outcome.interaction.resolution
     if path == "cancel":
@@ -472,7 +477,7 @@ def test_approve_and_deny_record_no_rule(lark_bot, sent):
 
 
 # ---------------------------------------------------------------------------------------------
-# The card on Feishu after the answer (B13)
+# The card on Feishu after the answer: the final state, nothing left to click
 # ---------------------------------------------------------------------------------------------
 
 
@@ -504,23 +509,24 @@ def test_final_card_replaces_the_buttons_through_cardkit_never_a_message_put(
 
 
 def test_a_late_pending_rendering_never_brings_the_buttons_back(lark_bot, lark_stub, sent):
-    from interactions import cards, interaction_cards
+    from interactions.cardqueue import service as cards
+    from interactions.render import interaction_cards
 
     ia = sent()
     pending_card = interaction_cards.feishu_card(ia)
     click(lark_bot, ia, "approve")
     entity = reload(ia).card
-    assert cards.enqueue_card(entity, pending_card, version=approvals.PENDING_VERSION) is None
+    assert cards.enqueue_card(entity, pending_card, version=lifecycle.PENDING_VERSION) is None
     _run_queue()
     assert not _has_buttons(lark_stub.cards[entity.card_id].card)
 
 
 def test_resolution_racing_the_send_still_updates_the_card(lark_bot, lark_stub, make_interaction):
     ia = make_interaction(lark_bot)
-    approvals.cancel(ia)  # resolved before its card was recorded
-    entity = __import__("interactions.cards", fromlist=["x"]).send_card(
+    lifecycle.cancel(ia)  # resolved before its card was recorded
+    entity = __import__("interactions.cardqueue.service", fromlist=["x"]).send_card(
         lark_bot,
-        __import__("interactions.interaction_cards", fromlist=["x"]).feishu_card(ia),
+        __import__("interactions.render.interaction_cards", fromlist=["x"]).feishu_card(ia),
         receive_id=CHAT,
     )
     approvals.attach_card(ia, entity)

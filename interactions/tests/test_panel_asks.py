@@ -1,7 +1,7 @@
 """Panels and asks together (`interactions.panels` on `interactions.asks`, no monkeypatching):
 snapshot on connect, pushes of registrations and completions, answers from the panel accepted
-or rejected, presence, token revocation, and the failure modes B15 (channel over capacity)
-and B17 (events while a client reconnects)."""
+or rejected, presence, token revocation, a channel over capacity (pushes dropped,
+the resync repairs) and events while a client reconnects."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from botadmin import services
-from interactions import asks, panels
+from interactions.asks import service as asks
+from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Ask, PanelPresence
+from interactions.panels import presence as panel_presence
+from interactions.panels import service as panels
 from interactions.tests.panel_helpers import *  # noqa: F403
 from interactions.tests.panel_helpers import (
     QUESTIONS,
@@ -158,9 +161,8 @@ async def test_timeout_and_cancel_reach_the_panel_with_their_reason(panel_user):
     await db(asks.cancel_ask)(ask1)
     assert await receive(comm) == asks.cancelled_message(ask1.public_id, "cancelled")
     await db(Ask.objects.filter(pk=ask2.pk).update)(expires_at=timezone.now())
-    from interactions import approvals
 
-    await db(approvals.expire_due)()
+    await db(lifecycle.expire_due)()
     assert await receive(comm) == asks.cancelled_message(ask2.public_id, "timeout")
     await comm.disconnect(timeout=10)
 
@@ -169,14 +171,14 @@ async def test_presence_follows_connections_and_a_dead_process_expires(panel_use
     bot, raw, _token = panel_user
     comm = await connected(raw)
     await receive(comm)
-    assert await db(panels.is_connected)(bot, REQUESTER)
+    assert await db(panel_presence.is_connected)(bot, REQUESTER)
     # Simulate the serving process dying: its row stops being refreshed.
     await db(PanelPresence.objects.update)(last_seen_at=timezone.now() - timedelta(seconds=61))
-    assert not await db(panels.is_connected)(bot, REQUESTER)
+    assert not await db(panel_presence.is_connected)(bot, REQUESTER)
     with pytest.raises(asks.NoChannel):
         await db(register)(bot)
     # A heartbeat of a live process sweeps the dead row (and refreshes only live channels).
-    assert await db(panels.refresh)(["specific.gone!1"]) == 0
+    assert await db(panel_presence.refresh)(["specific.gone!1"]) == 0
     assert await db(PanelPresence.objects.count)() == 0
     await comm.disconnect(timeout=10)
 
@@ -189,10 +191,10 @@ async def test_heartbeat_keeps_a_live_panel_present(panel_user, settings):
     await receive(comm)
     first = (await db(PanelPresence.objects.get)()).last_seen_at
     await asyncio.sleep(0.8)  # past the TTL: only refreshes keep it present
-    assert await db(panels.is_connected)(bot, REQUESTER)
+    assert await db(panel_presence.is_connected)(bot, REQUESTER)
     assert (await db(PanelPresence.objects.get)()).last_seen_at > first
     await comm.disconnect(timeout=10)
-    assert not await db(panels.is_connected)(bot, REQUESTER)
+    assert not await db(panel_presence.is_connected)(bot, REQUESTER)
 
 
 async def test_a_token_revoked_while_connected_closes_the_panel(panel_user, settings):
@@ -204,7 +206,7 @@ async def test_a_token_revoked_while_connected_closes_the_panel(panel_user, sett
     frame, _ = await receive_until(comm, lambda f: f["type"] == "error")
     assert frame["error"] == "invalid_token"
     assert (await comm.receive_output(5))["code"] == panels.CLOSE_INVALID_TOKEN
-    assert not await db(panels.is_connected)(bot, REQUESTER)
+    assert not await db(panel_presence.is_connected)(bot, REQUESTER)
 
 
 async def test_revoking_a_token_closes_its_connected_panel_at_once(panel_user, settings):
@@ -235,7 +237,7 @@ async def test_a_revoked_token_whose_close_never_arrived_answers_nothing_and_is_
     ask = await db(register)(bot)
     await receive(comm)
     await db(services.revoke_desktop_token)("test", token)
-    assert not await db(panels.is_connected)(bot, REQUESTER)
+    assert not await db(panel_presence.is_connected)(bot, REQUESTER)
     with pytest.raises(asks.NoChannel):  # no new question goes to that panel
         await db(register)(bot, "sess_2")
     await comm.send_json_to(result(ask.public_id))
@@ -245,10 +247,10 @@ async def test_a_revoked_token_whose_close_never_arrived_answers_nothing_and_is_
     assert (await db(Ask.objects.get)(pk=ask.pk)).status == "pending"
 
 
-async def test_b15_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_all(
+async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_all(
     panel_user, settings, caplog, monkeypatch
 ):
-    """B15: a panel's channel holds `capacity` messages; a burst of 150 pushes arriving before
+    """A panel's channel holds `capacity` messages; a burst of 150 pushes arriving before
     the consumer reads one overflows it, and sends past capacity are dropped. The drop is
     logged and counted; a resync (on request, on reconnect) gives the panel all 150 open
     asks, each answerable."""
@@ -268,17 +270,17 @@ async def test_b15_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_i
         await receive(comm)
         # Register 150 asks, holding their pushes back so they arrive as one burst.
         held = []
-        monkeypatch.setattr(panels, "push", lambda b, o, m: held.append((b, o, m)))
+        monkeypatch.setattr(panel_presence, "push", lambda b, o, m: held.append((b, o, m)))
         made = await db(lambda: [register(bot, f"s{i}") for i in range(150)])()
         monkeypatch.undo()
         assert len(held) == 150
-        dropped_before = panels.STATS["push_dropped"]
+        dropped_before = panel_presence.STATS["push_dropped"]
         for args in held:  # on this loop, without yielding: the consumer reads none meanwhile
-            panels.push(*args)
+            panel_presence.push(*args)
         seen = set()
         while not await comm.receive_nothing(0.5):
             seen.add((await receive(comm))["requestId"])
-        dropped = panels.STATS["push_dropped"] - dropped_before
+        dropped = panel_presence.STATS["push_dropped"] - dropped_before
         assert dropped == 150 - len(seen) and dropped >= 100  # most were really dropped
         assert "over capacity" in caplog.text
 
@@ -302,7 +304,7 @@ async def test_b15_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_i
         channel_layers.backends.clear()
 
 
-async def test_b15_a_lost_push_is_repaired_by_the_periodic_resync_and_logged(
+async def test_a_lost_push_is_repaired_by_the_periodic_resync_and_logged(
     panel_user, settings, caplog, monkeypatch
 ):
     caplog.set_level(logging.INFO, logger="interactions")
@@ -310,30 +312,30 @@ async def test_b15_a_lost_push_is_repaired_by_the_periodic_resync_and_logged(
     bot, raw, _token = panel_user
     comm = await connected(raw)
     await receive(comm)
-    monkeypatch.setattr(panels, "push", lambda *args: None)  # every push is lost
+    monkeypatch.setattr(panel_presence, "push", lambda *args: None)  # every push is lost
     ask = await db(register)(bot)
-    repaired = panels.STATS["resync_repaired"]
+    repaired = panel_presence.STATS["resync_repaired"]
     envelope = await receive(comm)
     assert envelope["type"] == "snapshot" and envelope["requestIds"] == [ask.public_id]
     assert await receive(comm) == asks.panel_message(ask)
     await db(asks.cancel_ask)(ask)  # its cancellation push is lost too
     envelope, _ = await receive_until(comm, lambda f: f["type"] == "snapshot")
     assert envelope["requestIds"] == []
-    assert panels.STATS["resync_repaired"] == repaired + 2
+    assert panel_presence.STATS["resync_repaired"] == repaired + 2
     assert "resync repaired a lost push: 1 question(s) missing" in caplog.text
     assert "0 question(s) missing, 1 stale" in caplog.text
     await comm.disconnect(timeout=10)
 
 
-async def test_b17_a_panel_that_reconnects_learns_what_was_answered_meanwhile(panel_user):
-    """B17: the client vanishes without a close frame, its question is answered elsewhere
+async def test_a_panel_that_reconnects_learns_what_was_answered_meanwhile(panel_user):
+    """The client vanishes without a close frame, its question is answered elsewhere
     within 100 ms, it reconnects: the snapshot no longer lists it, and an answer it still
     sends is rejected."""
     from channels.layers import get_channel_layer
 
     bot, raw, _token = panel_user
     layer = get_channel_layer()
-    group = panels.group_for(bot, REQUESTER)
+    group = panel_presence.group_for(bot, REQUESTER)
     if not hasattr(layer, "groups"):  # Redis outlives test databases: start from an empty group
         await layer.connection(layer.consistent_hash(group)).delete(layer._group_key(group))
     comm = await connected(raw)
@@ -361,7 +363,7 @@ async def test_b17_a_panel_that_reconnects_learns_what_was_answered_meanwhile(pa
     assert await db(PanelPresence.objects.count)() == 0
 
 
-async def test_b17_stress_20_reconnecting_panels_while_200_asks_are_answered_elsewhere(
+async def test_stress_20_reconnecting_panels_while_200_asks_are_answered_elsewhere(
     panel_user,
 ):
     bot, raw, _token = panel_user

@@ -18,8 +18,8 @@ import pytest
 from django.db import connection
 
 from botadmin import services
-from interactions import progress_cards
 from interactions.models import Ask
+from interactions.render import progress_cards
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION
 from interactions.tests.panel_helpers import *  # noqa: F403

@@ -9,8 +9,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from botadmin import services
-from interactions import panels
 from interactions.models import PanelPresence
+from interactions.panels import presence as panel_presence
+from interactions.panels import service as panels
 from interactions.tests.panel_helpers import communicator, receive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,18 +55,18 @@ async def test_revoked_token_cannot_connect(token, no_asks):
 async def test_header_token_connects_registers_presence_and_disconnect_clears_it(token, no_asks):
     raw, row = token
     bot = row.bot
-    assert not await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
+    assert not await database_sync_to_async(panel_presence.is_connected)(bot, "ou_alice")
     comm = communicator(raw=raw)
     connected, _ = await comm.connect()
     assert connected
     snapshot = await receive(comm)
     assert snapshot["type"] == "snapshot" and snapshot["requestIds"] == []
-    assert await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
-    assert not await database_sync_to_async(panels.is_connected)(bot, "ou_bob")
+    assert await database_sync_to_async(panel_presence.is_connected)(bot, "ou_alice")
+    assert not await database_sync_to_async(panel_presence.is_connected)(bot, "ou_bob")
     presence = await database_sync_to_async(PanelPresence.objects.get)()
-    assert presence.via == "desktop" and presence.server == panels.SERVER_ID
+    assert presence.via == "desktop" and presence.server == panel_presence.SERVER_ID
     await comm.disconnect(timeout=10)
-    assert not await database_sync_to_async(panels.is_connected)(bot, "ou_alice")
+    assert not await database_sync_to_async(panel_presence.is_connected)(bot, "ou_alice")
     assert await database_sync_to_async(PanelPresence.objects.count)() == 0
 
 
@@ -88,7 +89,7 @@ async def test_push_reaches_every_panel_of_the_user_and_no_one_else(token, make_
         assert (await receive(comm))["type"] == "snapshot"
     message = {"type": "ask_user_questions_cancelled", "requestId": "ask_1", "reason": "timeout"}
     # From a plain thread, as a Feishu callback handler or an on_commit hook calls it.
-    await database_sync_to_async(panels.push)(row.bot, "ou_alice", message)
+    await database_sync_to_async(panel_presence.push)(row.bot, "ou_alice", message)
     assert await receive(first) == message
     assert await receive(second) == message
     assert await bob.receive_nothing(0.3)

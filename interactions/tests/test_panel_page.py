@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from botadmin import services
-from interactions import panels
+from interactions.panels import service as panels
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ import pytest
 from channels.db import database_sync_to_async
 from websockets.asyncio.client import connect
 
-from interactions import panels
 from interactions.models import PanelPresence
+from interactions.panels import presence as panel_presence
 from interactions.tests.panel_helpers import *  # noqa: F403
 from interactions.tests.panel_helpers import (
     QUESTIONS,
@@ -109,14 +109,14 @@ async def test_a_killed_process_stops_counting_as_connected_after_the_ttl(
     a, b = daphnes.start("a", **FAST), daphnes.start("b", **FAST)
     ws = await connect(ws_url(a), additional_headers={"Authorization": f"Bearer {raw}"})
     assert (await ws_receive(ws))["type"] == "snapshot"
-    assert await database_sync_to_async(panels.is_connected)(bot, REQUESTER)
+    assert await database_sync_to_async(panel_presence.is_connected)(bot, REQUESTER)
     await asyncio.sleep(1.5)  # heartbeats keep it fresh past half the TTL
-    assert await database_sync_to_async(panels.is_connected)(bot, REQUESTER)
+    assert await database_sync_to_async(panel_presence.is_connected)(bot, REQUESTER)
 
     daphnes.kill("a")  # no disconnect handler runs; the row stays behind
     killed_at = time.monotonic()
     assert await database_sync_to_async(PanelPresence.objects.count)() == 1
-    while await database_sync_to_async(panels.is_connected)(bot, REQUESTER):
+    while await database_sync_to_async(panel_presence.is_connected)(bot, REQUESTER):
         assert time.monotonic() - killed_at < 10
         await asyncio.sleep(0.2)
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=20) as api:

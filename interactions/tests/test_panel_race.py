@@ -15,8 +15,9 @@ from django.db import connection
 
 from botadmin import services
 from feedback.models import Event
-from interactions import asks, progress_cards
+from interactions.asks import service as asks
 from interactions.models import Ask
+from interactions.render import progress_cards
 from interactions.tests.ask_helpers import *  # noqa: F403
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION, has_form
 from interactions.tests.panel_helpers import communicator, receive, receive_until

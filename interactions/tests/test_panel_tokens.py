@@ -140,18 +140,18 @@ def test_schema_documents_the_desktop_token_api(client):
 
 
 def test_admin_lists_live_panels_per_token(staff, make_bot):
-    from interactions import panels
     from interactions.models import PanelPresence
+    from interactions.panels import presence as panel_presence
 
     bot = make_bot(app_id="cli_adm")
     _raw, token = services.issue_desktop_token("ops", bot, "ou_e", "laptop")
-    user = panels.PanelUser(token_id=token.pk, bot=bot, open_id="ou_e", via="desktop")
-    panels.register(user, "specific.one")
-    panels.register(user, "specific.two")
-    assert panels.is_connected(bot, "ou_e")
+    user = panel_presence.PanelUser(token_id=token.pk, bot=bot, open_id="ou_e", via="desktop")
+    panel_presence.register(user, "specific.one")
+    panel_presence.register(user, "specific.two")
+    assert panel_presence.is_connected(bot, "ou_e")
     changelist = reverse("admin:botadmin_desktoptoken_changelist")
     page = staff.get(changelist).content.decode()
     assert 'class="field-connected">2</td>' in page
     listing = staff.get(reverse("admin:interactions_panelpresence_changelist")).content.decode()
-    assert "ou_e" in listing and panels.SERVER_ID in listing
+    assert "ou_e" in listing and panel_presence.SERVER_ID in listing
     assert PanelPresence.objects.live().count() == 2

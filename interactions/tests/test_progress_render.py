@@ -1,5 +1,6 @@
 """The progress card renderer (pure, no I/O): every state valid Card JSON 2.0, forms only when
-running, submit inside the form and cancel / details outside, B14 multi-select."""
+running, submit inside the form and cancel / details outside, a multi-select as one select
+(never a button per option)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from interactions import progress_cards
 from interactions.lark.cardjson import validate_card
 from interactions.models import Ask, Interaction, ProgressSession
+from interactions.render import progress_cards
 from interactions.tests.ask_helpers import QUESTIONS, REQUESTER, SESSION, forms_of
 
 
@@ -116,7 +117,7 @@ def test_submit_is_inside_the_form_and_cancel_and_details_are_outside():
     assert tags.index("column_set") > tags.index("form")
 
 
-def test_multi_select_is_never_rendered_as_one_button_per_option_b14():
+def test_multi_select_is_never_rendered_as_one_button_per_option():
     card = progress_cards.render(session(), [ask()])
     text = json.dumps(card, ensure_ascii=False)
     labels = [o["label"] for q in QUESTIONS for o in q["options"]]

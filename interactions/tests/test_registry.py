@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.utils.translation import gettext_lazy as _
 
-from interactions import registry
+from interactions.callbacks import registry
 from tests import feishu
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
 
-from interactions import registry
+from interactions.callbacks import registry
 from interactions.management.commands.lark_replay import parse_assignment, set_path
 from tests import feishu
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def replay(live_server, lark_bot, monkeypatch):
     # A server process imports lark-oapi (several seconds) at startup through its system
     # checks; the live server thread would do it on the first request instead.
-    import interactions.lark.ingress  # noqa: F401
+    import interactions.channels.feishu.ingress  # noqa: F401
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
@@ -94,7 +94,7 @@ def test_replay_runs_outside_debug_without_a_production_secret_key(
     # A newcomer runs the README's replay in a second shell, without make run's DJANGO_DEBUG:
     # the client must not be refused by the serving checks (cardloop.E001). The command line
     # path (not call_command) is the one that runs system checks.
-    import interactions.lark.ingress  # noqa: F401
+    import interactions.channels.feishu.ingress  # noqa: F401
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     settings.DEBUG = False

@@ -16,8 +16,9 @@ from lark_oapi.ws.enum import FrameType
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
 from botadmin.models import Chat
-from interactions import cards, registry
-from interactions.lark import ws
+from interactions.callbacks import registry
+from interactions.cardqueue import service as cards
+from interactions.channels.feishu import ws
 from interactions.models import CardUpdate, InboundEvent
 from interactions.tests.test_cardjson import feedback_card
 from tests import feishu

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from interactions import approvals, cardworker, inbound
+from interactions.callbacks import inbound
+from interactions.cardqueue import worker as cardworker
+from interactions.lifecycle import resolve as lifecycle
 from plumbing.workqueue import WorkerLoop
 
 
@@ -36,7 +38,7 @@ class Command(BaseCommand):
                 cardworker.recover_stale_updates,
                 inbound.prune_events,
                 cardworker.prune_finished,
-                approvals.expire_due,
+                lifecycle.expire_due,
             ],
             period=period,
         )

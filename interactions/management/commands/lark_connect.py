@@ -2,7 +2,7 @@
 Feishu's long connection (`lark.ws.Client`) instead of the HTTP callback URL.
 
 The frames go to the same dispatcher as `POST /lark/<app_id>/callback` (dedupe, registry,
-budget, held card updates); see `interactions.lark.ws`. Run one process per app; pick
+budget, held card updates); see `interactions.channels.feishu.ws`. Run one process per app; pick
 "long connection" as the subscription mode in the app's developer console (and publish a new
 app version). Blocks until stopped (Ctrl-C / SIGTERM end the process).
 """
@@ -26,7 +26,8 @@ class Command(BaseCommand):
             raise CommandError(f"No bot with app_id {app_id!r}.")
         if not bot.has_credentials:
             raise CommandError(f"Bot {app_id} has no app secret; the long connection needs it.")
-        from interactions.lark import ws
+        # imported here: lark-oapi takes seconds to import; `manage.py help` should not wait
+        from interactions.channels.feishu import ws
 
         self.stdout.write(f"Connecting {app_id} to Feishu (long connection); Ctrl-C stops.")
         ws.run_forever(bot)

@@ -1,5 +1,5 @@
 /* Cardloop question panel: shows the signed-in user's open ask_user_questions and answers them
- * over /ws/panel/ (protocol: interactions/panels.py). The server's snapshot on every (re)connect
+ * over /ws/panel/ (protocol: interactions/panels/service.py). The server's snapshot on every (re)connect
  * is the truth; pushes only keep it current in between. No dependencies. */
 (function () {
   "use strict";

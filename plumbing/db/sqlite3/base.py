@@ -13,7 +13,7 @@ A thread that waits longer than the connection's busy `timeout` proceeds without
 and lets SQLite decide, so a transaction left open elsewhere in the process (a test's
 `atomic()` block) delays others but never deadlocks them.
 
-A thread of a fixed pool (the callback handler threads, `interactions.lark.dispatcher.POOL`)
+A thread of a fixed pool (the callback handler threads, `interactions.callbacks.dispatcher.POOL`)
 can call `keep_connections_in_this_thread()` once: its connections then outlive a request
 (`CONN_MAX_AGE` None for them alone), because opening one costs the connect, the four
 `init_command` PRAGMAs and, at the end, a close that may checkpoint the WAL (about 2–3 ms of

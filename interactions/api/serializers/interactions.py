@@ -1,0 +1,261 @@
+"""Serializers of `/api/v1/interactions…` and `/api/v1/approvals/check`: request bodies,
+their validation rules, and the interaction as the API returns it."""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field, inline_serializer
+from rest_framework import serializers
+
+from interactions.approvals import service as approvals
+from interactions.channels import kinds
+from interactions.lifecycle import resolve as lifecycle
+from interactions.models import Interaction
+
+ID_RE = r"^[A-Za-z0-9_-]{1,32}$"
+
+
+class ActionSerializer(serializers.Serializer):
+    """One button / option: `id` (stable key), `label` (shown), `value` (sent back; defaults to
+    the id), `style` primary | default | danger."""
+
+    id = serializers.RegexField(ID_RE, max_length=32)
+    label = serializers.CharField(min_length=1, max_length=40)
+    value = serializers.CharField(min_length=1, max_length=200, required=False)
+    style = serializers.ChoiceField(
+        choices=["primary", "default", "danger"], default="default", required=False
+    )
+
+    def validate(self, attrs):
+        attrs.setdefault("value", attrs["id"])
+        attrs.setdefault("style", "default")
+        return attrs
+
+
+class OptionSerializer(serializers.Serializer):
+    label = serializers.CharField(min_length=1, max_length=60)
+    value = serializers.CharField(min_length=1, max_length=100)
+
+
+class FormFieldSerializer(serializers.Serializer):
+    """One form field: `text` (an input) or `select` (one of `options`)."""
+
+    name = serializers.RegexField(r"^[a-z][a-z0-9_]{0,30}$")
+    label = serializers.CharField(min_length=1, max_length=60)
+    type = serializers.ChoiceField(choices=["text", "select"], default="text")
+    options = OptionSerializer(many=True, required=False, default=list)
+    required = serializers.BooleanField(default=False)
+    placeholder = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    max_length = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+
+    def validate(self, attrs):
+        if attrs["type"] == "select":
+            values = [o["value"] for o in attrs.get("options") or []]
+            if not 1 <= len(values) <= 20:
+                raise serializers.ValidationError(
+                    {"options": [_("A select field needs 1 to 20 options.")]}
+                )
+            if len(set(values)) != len(values):
+                raise serializers.ValidationError({"options": [_("Option values must be unique.")]})
+        return attrs
+
+
+class InteractionCreateSerializer(serializers.Serializer):
+    """Body of `POST /api/v1/interactions`."""
+
+    kind = serializers.ChoiceField(
+        choices=[c for c in Interaction.Kind.choices if c[0] != Interaction.Kind.ASK]
+    )
+    channel = serializers.CharField(
+        default=kinds.FEISHU,
+        max_length=16,
+        help_text=_("feishu | wechat | text (cli) | webhook (other)"),
+    )
+    chat_id = serializers.CharField(max_length=64)
+    requester_open_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    allowed_open_ids = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=50, required=False, default=list
+    )
+    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    request_id = serializers.CharField(
+        max_length=128,
+        required=False,
+        allow_blank=True,
+        help_text=_(
+            "Idempotency key: a retry with the same request_id returns the same interaction."
+        ),
+    )
+    title = serializers.CharField(min_length=1, max_length=200)
+    body = serializers.CharField(max_length=approvals.MAX_BODY, required=False, allow_blank=True)
+    tool = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    always_scope = serializers.ChoiceField(
+        choices=Interaction.Scope.choices, required=False, allow_blank=True
+    )
+    allow_always = serializers.BooleanField(default=True)
+    actions = ActionSerializer(many=True, required=False, default=list)
+    fields = FormFieldSerializer(many=True, required=False, default=list)
+    timeout_seconds = serializers.IntegerField(
+        min_value=lifecycle.MIN_TIMEOUT, max_value=lifecycle.MAX_TIMEOUT, required=False
+    )
+
+    def validate_channel(self, value):
+        kind = kinds.normalize(value)
+        if kind is None:
+            raise serializers.ValidationError(
+                _("Unknown channel; use one of: %(kinds)s.") % {"kinds": ", ".join(kinds.KINDS)}
+            )
+        return kind
+
+    def validate(self, attrs):
+        errors: dict[str, list] = {}
+        kind = attrs["kind"]
+        actions = attrs.get("actions") or []
+        fields = attrs.get("fields") or []
+        if not (attrs.get("requester_open_id") or attrs.get("allowed_open_ids")):
+            errors["requester_open_id"] = [
+                _("Give the requester_open_id or a non-empty allowed_open_ids list.")
+            ]
+        if kind == Interaction.Kind.APPROVAL:
+            if not attrs.get("tool"):
+                errors["tool"] = [_("An approval names the tool it asks about.")]
+            if actions:
+                errors["actions"] = [_("Approvals have fixed actions: approve, deny, always.")]
+            if attrs.get("always_scope") == Interaction.Scope.SESSION and not attrs.get(
+                "session_id"
+            ):
+                errors["always_scope"] = [_("The session scope needs a session_id.")]
+        elif attrs.get("always_scope"):
+            errors["always_scope"] = [_("Only approvals have an 'always' scope.")]
+        if kind == Interaction.Kind.QUICK_REPLY and not actions:
+            errors["actions"] = [_("A quick reply needs 1 to 10 actions.")]
+        if len(actions) > 10:
+            errors["actions"] = [_("At most 10 actions.")]
+        ids = [a["id"] for a in actions]
+        values = [a["value"] for a in actions]
+        if len(set(ids)) != len(ids) or len(set(values)) != len(values):
+            errors["actions"] = [_("Action ids and values must be unique.")]
+        if kind == Interaction.Kind.FORM:
+            if not 1 <= len(fields) <= 10:
+                errors["fields"] = [_("A form needs 1 to 10 fields.")]
+            names = [f["name"] for f in fields]
+            if len(set(names)) != len(names):
+                errors["fields"] = [_("Field names must be unique.")]
+        elif fields:
+            errors["fields"] = [_("Only forms have fields.")]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class ResolutionSerializer(serializers.Serializer):
+    action_id = serializers.CharField(allow_null=True)
+    value = serializers.JSONField(allow_null=True)
+    operator = serializers.CharField(allow_null=True)
+    via = serializers.ChoiceField(choices=Interaction.Via.choices)
+    at = serializers.CharField()
+    reason = serializers.CharField(required=False)
+
+
+class InteractionSerializer(serializers.Serializer):
+    """An interaction as the API returns it."""
+
+    id = serializers.CharField(source="public_id")
+    kind = serializers.ChoiceField(choices=Interaction.Kind.choices)
+    status = serializers.ChoiceField(choices=Interaction.Status.choices)
+    channel = serializers.CharField()
+    chat_id = serializers.CharField()
+    session_id = serializers.CharField()
+    request_id = serializers.CharField()
+    title = serializers.CharField()
+    body = serializers.CharField()
+    tool = serializers.CharField()
+    always_scope = serializers.CharField()
+    actions = ActionSerializer(many=True)
+    fields = FormFieldSerializer(many=True)
+    expires_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    resolved_at = serializers.DateTimeField(allow_null=True)
+    platform_message_id = serializers.CharField(source="open_message_id")
+    resolution = serializers.SerializerMethodField()
+
+    @extend_schema_field(ResolutionSerializer(allow_null=True))
+    def get_resolution(self, ia):
+        if not ia.resolution:
+            return None
+        r = ia.resolution
+        data = {
+            "action_id": r.get("action_id") or None,
+            "value": r.get("value"),
+            "operator": r.get("operator") or None,
+            "via": r.get("via"),
+            "at": r.get("at"),
+        }
+        if r.get("reason"):
+            data["reason"] = r["reason"]
+        return data
+
+
+def interaction_json(ia: Interaction) -> dict:
+    return dict(InteractionSerializer(ia).data)
+
+
+CreatedSerializer = inline_serializer(
+    "InteractionCreated",
+    {
+        "interaction": InteractionSerializer(),
+        "created": serializers.BooleanField(),
+        "rendered": serializers.ChoiceField(choices=["card", "text"]),
+        "text": serializers.CharField(),
+        "capabilities": serializers.DictField(child=serializers.BooleanField()),
+    },
+)
+
+
+OutcomeSerializer = inline_serializer(
+    "InteractionOutcome",
+    {"won": serializers.BooleanField(), "interaction": InteractionSerializer()},
+)
+
+
+class ResolveSerializer(serializers.Serializer):
+    """Body of `POST /api/v1/interactions/<id>/resolve`."""
+
+    value = serializers.CharField(
+        max_length=approvals.MAX_TEXT_ANSWER,
+        required=False,
+        allow_blank=True,
+        help_text=_("An action value, id or number; free text for command interactions."),
+    )
+    form = serializers.DictField(required=False, help_text=_("Form answers by field name."))
+    open_id = serializers.CharField(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        help_text=_("Who answered; checked against the allowed operators when given."),
+    )
+
+
+class ApprovalCheckSerializer(serializers.Serializer):
+    tool = serializers.CharField(max_length=128)
+    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    chat_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+
+ApprovalCheckOutSerializer = inline_serializer(
+    "ApprovalCheck",
+    {
+        "allowed": serializers.BooleanField(),
+        "rule": inline_serializer(
+            "ApprovalRuleOut",
+            {
+                "tool": serializers.CharField(),
+                "scope": serializers.CharField(),
+                "session_id": serializers.CharField(allow_null=True),
+                "chat_id": serializers.CharField(allow_null=True),
+                "created_at": serializers.CharField(),
+                "interaction_id": serializers.CharField(allow_null=True),
+            },
+            allow_null=True,
+        ),
+    },
+)

@@ -1,0 +1,212 @@
+"""Progress sessions (`PUT /api/v1/sessions/<session_id>/progress`): their state, the first
+send of their card, and the requester's "Cancel task".
+
+    result = update_progress(bot, "sess_1", status="running", title="…", receive_id="oc_…")
+    session = session_for_message(bot, "om_…"); request_cancel(session, operator_open_id="ou_…")
+
+Every later change queues the card rendered at apply time (`interactions.asks.card`). A
+`recovering` or terminal status invalidates the session's pending asks
+(`interactions.asks.service.invalidate_session_asks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from botadmin.models import Bot
+from interactions.asks.card import RENDERER, refresh_card, render_session
+from interactions.asks.service import AskRefused, invalidate_session_asks
+from interactions.cardqueue import service as cards
+from interactions.models import Ask, CardEntity, ProgressSession
+
+log = logging.getLogger(__name__)
+
+#: A first send older than this is presumed crashed; the next PUT sends again.
+SENDING_STALE = timedelta(seconds=30)
+
+PS = ProgressSession.Status
+
+
+@dataclass(frozen=True)
+class ProgressResult:
+    """`update_progress` result: the session, whether it was created / its card sent by this
+    call, and how many pending asks the new state invalidated."""
+
+    session: ProgressSession
+    created: bool
+    sent: bool
+    invalidated: int
+
+
+class SendFailed(Exception):
+    """The first send of a progress card failed (`code`, `msg`, `log_id` from Feishu,
+    `problems` from card validation); the state is kept and the next PUT sends again."""
+
+    def __init__(self, *, code=None, msg="", log_id="", problems=()):
+        super().__init__(msg or "send failed")
+        self.code, self.msg, self.log_id, self.problems = code, msg, log_id, list(problems)
+
+
+def send_uuid(bot: Bot, session_id: str) -> str:
+    """Feishu `uuid` of a session's first send (a retried send within 1 h is deduplicated)."""
+    digest = hashlib.sha256(f"progress:{bot.pk}:{session_id}".encode()).hexdigest()
+    return f"pg_{digest[:32]}"
+
+
+def update_progress(
+    bot: Bot,
+    session_id: str,
+    *,
+    status: str,
+    title: str | None = None,
+    summary: str | None = None,
+    tool_lines: list[str] | None = None,
+    receive_id: str = "",
+    receive_id_type: str = "chat_id",
+    requester_open_id: str | None = None,
+    details_url: str | None = None,
+    now: datetime | None = None,
+) -> ProgressResult:
+    """Record the session's progress state and show it: the first call sends the card (CardKit
+    entity, to `receive_id` of type chat_id or open_id), later calls queue an update rendered
+    from the database at apply time (coalesced, ≤ 5/s, increasing sequence).
+
+    Fields left None keep their stored value. `recovering` invalidates every pending ask of
+    the session (reason `recovering`), a terminal status (completed | failed | cancelled) with
+    reason `session_ended`; their forms leave the card and panels are told.
+
+    Network I/O (the first send) happens outside any transaction. Raises `AskRefused` when the
+    first call names no `receive_id`, `SendFailed` when Feishu refused the first send (state
+    kept; the next call tries again).
+    """
+    # imported here: lark-oapi takes seconds to import (the API process has it loaded anyway)
+    from interactions.lark.client import LarkApiError
+
+    if status not in PS.values:
+        raise ValueError(f"unknown progress status {status!r}")
+    now = now or timezone.now()
+    created = False
+    with transaction.atomic():
+        # no select_related("card"): see refresh_card
+        session = (
+            ProgressSession.objects.select_for_update()
+            .filter(bot=bot, session_id=session_id)
+            .first()
+        )
+        if session is None:
+            if not receive_id:
+                raise AskRefused(
+                    "receive_id_required",
+                    "chat_id",
+                    _("The first progress update needs chat_id (or open_id for a p2p chat)."),
+                )
+            try:
+                with transaction.atomic():
+                    session = ProgressSession.objects.create(
+                        bot=bot,
+                        session_id=session_id,
+                        receive_id=receive_id,
+                        receive_id_type=receive_id_type,
+                        chat_id=receive_id if receive_id_type == "chat_id" else "",
+                        created_at=now,
+                    )
+                created = True
+            except IntegrityError:  # a concurrent first PUT created it
+                session = ProgressSession.objects.select_for_update().get(
+                    bot=bot, session_id=session_id
+                )
+        session.status = status
+        if title is not None:
+            session.title = title
+        if summary is not None:
+            session.summary = summary
+        if tool_lines is not None:
+            session.tool_lines = list(tool_lines)[-20:]
+        if requester_open_id is not None:
+            session.requester_open_id = requester_open_id
+        if details_url is not None:
+            session.details_url = details_url
+        session.state_version += 1
+        need_send = session.card_id is None and (
+            session.sending_since is None or now - session.sending_since > SENDING_STALE
+        )
+        if need_send:
+            session.sending_since = now
+        session.save()
+        if session.card is not None:
+            cards.enqueue_render(session.card, RENDERER, version=session.state_version)
+    invalidated = 0
+    if status != PS.RUNNING:
+        reason = "recovering" if status == PS.RECOVERING else "session_ended"
+        invalidated = invalidate_session_asks(bot, session_id, reason=reason)
+    sent = False
+    if need_send:
+        rendered_version = ProgressSession.objects.values_list("state_version", flat=True).get(
+            pk=session.pk
+        )
+        card_json = render_session(ProgressSession.objects.get(pk=session.pk))
+        try:
+            entity = cards.send_card(
+                bot,
+                card_json,
+                receive_id=session.receive_id,
+                receive_id_type=session.receive_id_type,
+                uuid=send_uuid(bot, session_id),
+                purpose="progress",
+            )
+        except (cards.InvalidCard, LarkApiError) as exc:
+            ProgressSession.objects.filter(pk=session.pk).update(sending_since=None)
+            log.warning("progress %s: first send failed: %s", session.pk, exc)
+            raise SendFailed(
+                code=getattr(exc, "code", None),
+                msg=getattr(exc, "msg", "") or "invalid card",
+                log_id=getattr(exc, "log_id", ""),
+                problems=getattr(exc, "problems", ()),
+            ) from None
+        # asks registered while sending point at the card (their rows first, then the
+        # session's: the lock order of resolve(), so the two never deadlock)
+        Ask.objects.of_session(bot, session_id).pending().filter(card__isnull=True).update(
+            card=entity, open_message_id=entity.open_message_id
+        )
+        with transaction.atomic():
+            locked = ProgressSession.objects.select_for_update().get(pk=session.pk)
+            locked.card = entity
+            locked.sending_since = None
+            locked.save(update_fields=["card", "sending_since", "updated_at"])
+            if locked.state_version != rendered_version:  # changed while sending
+                refresh_card(locked)
+        sent = True
+    session = ProgressSession.objects.select_related("card").get(pk=session.pk)
+    return ProgressResult(session, created, sent, invalidated)
+
+
+def session_for_message(bot: Bot, open_message_id: str) -> ProgressSession | None:
+    """The progress session whose card is in message `open_message_id`, or None."""
+    if not open_message_id:
+        return None
+    return (
+        ProgressSession.objects.select_related("card")
+        .filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
+        .first()
+    )
+
+
+def request_cancel(session: ProgressSession, *, operator_open_id: str) -> bool:
+    """Record that the requester pressed "Cancel task" (once; later presses change nothing)
+    and re-render the card (the button is replaced by "cancellation requested"). Cardloop
+    stops nothing itself: the backend sees `cancel_requested` in every progress answer and
+    ends the session with a `cancelled` progress update. Returns True when recorded now."""
+    with transaction.atomic():
+        updated = ProgressSession.objects.filter(
+            pk=session.pk, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=timezone.now(), cancel_requested_by=operator_open_id)
+        if updated:
+            refresh_card(session)
+    return bool(updated)

@@ -1,0 +1,322 @@
+"""From a verified Feishu payload to handlers and back to an answer — shared by the HTTP ingress
+(`interactions.channels.feishu.ingress`) and the long connection
+(`interactions.channels.feishu.ws`).
+
+`handle_card_action(bot, payload)` → answer dict, always within the budget:
+
+1. the work runs in a worker thread (`POOL`, `CARDLOOP_CALLBACK_THREADS` of them; ordinary
+   events in `EVENT_POOL`) with its own database connection, so neither a request thread nor
+   the long connection's event loop does ORM work (Django's ORM must not run on an event loop's
+   thread); the HTTP ingress's ASGI route runs the whole request in a `POOL` thread
+   (`run_in_worker`);
+2. dedupe: `interactions.callbacks.inbound.claim_event` on `header.event_id`; a repeat gets the
+   first answer's toast or an info toast, and no handler runs again (a repeated event never has a
+   second side effect);
+3. a payload with a NUL character or a lone surrogate anywhere is refused (warning toast,
+   nothing written: PostgreSQL text cannot hold a NUL, UTF-8 no lone surrogate); the callback
+   value (`action.value`, object or JSON
+   string) picks the handler by `kind`
+   (`interactions.callbacks.registry`); unknown kind → warning toast; a handler that raises → error
+   toast with the traceback logged; never a 500 (Feishu shows a 500 as a generic failure and
+   retries);
+4. an answer card that fails `validate_card` is dropped from the answer (toast only) and queued
+   as a card update to apply after the answer (Feishu rejects the whole answer for an invalid
+   card);
+5. updates the handler enqueues are held until the answer was sent
+   (`interactions.cardqueue.service`); the transport calls `take_after_answer()` and runs it
+   once the answer left;
+6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.5) the answer is an info toast while the handler
+   finishes in its thread.
+
+`handle_event(bot, payload)` does the same for ordinary events (dedupe, every handler from
+`registry.event_handlers`, errors logged); the transport acks Feishu regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.utils.translation import gettext_lazy as _
+
+from interactions.callbacks import inbound, registry
+from interactions.cardqueue import service as cards
+from interactions.lark.cardjson import validate_card
+from plumbing.db.sqlite3.base import keep_connections_in_this_thread
+from plumbing.parsers import contains_unstorable
+
+log = logging.getLogger(__name__)
+
+#: Threads running handlers. A handler past the budget keeps its thread until it finishes.
+#: Threads that run callback work (card actions: decrypt, dedupe, handler; a few per process).
+#: Card-action handlers only touch the database, so more threads than can overlap its round
+#: trips just make one process's requests take turns on its GIL: at concurrency 32, 32 threads
+#: stretched every click to the whole queue's time (p99 ~2× p50), 3–4 serve them in order
+#: (bench/README.md). `CARDLOOP_CALLBACK_THREADS`. On SQLite their connections stay open from
+#: one callback to the next (`finish_connections`); a fixed pool keeps that to a few.
+POOL = ThreadPoolExecutor(
+    max_workers=settings.CARDLOOP_CALLBACK_THREADS,
+    thread_name_prefix="lark-handler",
+    initializer=keep_connections_in_this_thread,
+)
+#: Threads for ordinary events, whose handlers may call the Open API (a text command's reply):
+#: a slow Feishu answer must not hold up card actions.
+EVENT_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lark-event")
+
+_after_answer: ContextVar[Callable[[], Any] | None] = ContextVar("lark_after_answer", default=None)
+_in_worker: ContextVar[bool] = ContextVar("lark_in_worker", default=False)
+
+
+def take_after_answer() -> Callable[[], Any] | None:
+    """What the transport must run once the answer it got from `handle_card_action` in this
+    context has been sent (release held card updates). Clears it."""
+    action = _after_answer.get()
+    _after_answer.set(None)
+    return action
+
+
+def reset_after_answer() -> None:
+    """Forget any pending after-answer action of this context (start of a request)."""
+    _after_answer.set(None)
+
+
+def budget() -> float:
+    """Seconds a callback may take before it is answered with `still_working()`
+    (`CARDLOOP_CALLBACK_BUDGET`, 2.5: Feishu waits 3 s for the answer)."""
+    return float(settings.CARDLOOP_CALLBACK_BUDGET)
+
+
+def still_working() -> dict[str, Any]:
+    """The answer of a callback that ran past `budget()`: an info toast (its work goes on)."""
+    return _toast("info", _("Received. Still working on it; the card will update shortly."))
+
+
+def _toast(type_: str, message) -> dict[str, Any]:
+    return {"toast": registry.Toast.of(type_, message).to_json()}
+
+
+def run_in_worker(fn, *args):
+    """Run `fn(*args)` in this `POOL` thread for a transport that enforces `budget()` itself
+    (`interactions.channels.feishu.asgi`): `handle_card_action` / `handle_event` called inside
+    do their work inline instead of handing it to a second thread. The transport owns the database
+    connections of this thread (closes them when done)."""
+    reset = _in_worker.set(True)
+    try:
+        return fn(*args)
+    finally:
+        _in_worker.reset(reset)
+
+
+def run_isolated(fn, *args):
+    """Run `fn(*args)` in this pool thread with its own database connection, finished after
+    (`finish_connections`)."""
+    try:
+        return fn(*args)
+    finally:
+        finish_connections()
+
+
+def finish_connections() -> None:
+    """A pool thread is done with its database connections for now. Each one is closed — on
+    PostgreSQL given back to the process's connection pool (`DATABASE_POOL_*`; a handler
+    thread must not keep one, or the handler threads could hold more than the pool has) —
+    except a SQLite connection of a `POOL` thread (`CONN_MAX_AGE` None there), which the
+    backend keeps for the thread's next callback unless it saw a database error or was left
+    in a transaction (`plumbing.db.sqlite3.base.keep_connections_in_this_thread`)."""
+    for connection in connections.all(initialized_only=True):
+        if connection.close_at is None:
+            connection.close_if_unusable_or_obsolete()
+        else:
+            connection.close()
+
+
+def _release_caller_connection() -> None:
+    """Give the calling thread's database connection back (to the pool) before it waits for
+    a handler thread, so a waiting request never holds a connection the handler needs (with
+    a pool of N connections, N waiting requests would otherwise starve every handler until
+    the budget ran out). Only pooled connections (PostgreSQL): without a pool there is nothing
+    to starve, and reopening costs more (SQLite: PRAGMAs and the WAL close, ~5 ms a click).
+    Inside a transaction (tests' atomic blocks) it is left alone, and an event loop's thread
+    (the long connection) does no ORM work, so it holds none."""
+    try:
+        asyncio.get_running_loop()
+        return
+    except RuntimeError:
+        pass
+    connection = connections["default"]
+    if (
+        getattr(connection, "pool", None) is not None
+        and connection.connection is not None
+        and not connection.in_atomic_block
+    ):
+        connection.close()
+
+
+def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
+    """Answer a verified `card.action.trigger` payload of `bot` (dict) with the callback
+    response body (`{}`, toast and/or raw card) within the callback budget. Never raises.
+    Inside `run_in_worker` the work runs in the calling thread and the caller keeps the
+    budget."""
+    if contains_unstorable(payload):
+        log.warning(
+            "card action of %s carries a NUL character or a lone surrogate; refused", bot.app_id
+        )
+        return _toast("warning", _("This request contains characters Cardloop cannot accept."))
+    hold = cards.Hold()
+    try:
+        if _in_worker.get():
+            answer = _answer_card_action(bot, payload, hold)
+        else:
+            _release_caller_connection()
+            future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
+            answer = future.result(timeout=budget())
+    except FutureTimeout:
+        log.warning(
+            "card action %s of %s ran past the %gs budget; answered with an info toast",
+            _event_id(payload),
+            bot.app_id,
+            budget(),
+        )
+        answer = still_working()
+    except Exception:
+        log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
+        answer = _toast(
+            "error", _("Something went wrong while handling your click. Please try again.")
+        )
+    _after_answer.set(functools.partial(cards.release_holds, hold))
+    return answer
+
+
+def handle_event(bot, payload: dict[str, Any]) -> None:
+    """Deliver a verified ordinary event of `bot` to its registered handlers (within the
+    budget; a slow handler keeps running in its thread of `EVENT_POOL`). Never raises. An
+    event with a NUL character or a lone surrogate anywhere is dropped with a warning (nothing
+    could store it)."""
+    if contains_unstorable(payload):
+        log.warning("event of %s carries a NUL character or a lone surrogate; dropped", bot.app_id)
+        return
+    _release_caller_connection()
+    future = EVENT_POOL.submit(run_isolated, _deliver_event, bot, payload)
+    try:
+        future.result(timeout=budget())
+    except FutureTimeout:
+        log.warning(
+            "event %s of %s still being handled after the budget", _event_id(payload), bot.app_id
+        )
+    except Exception:
+        log.exception("event %s of %s failed", _event_id(payload), bot.app_id)
+
+
+def _event_id(payload: dict[str, Any]) -> str:
+    header = payload.get("header")
+    event_id = header.get("event_id") if isinstance(header, dict) else payload.get("uuid")
+    return event_id if isinstance(event_id, str) else ""
+
+
+def _answer_card_action(bot, payload: dict[str, Any], hold: cards.Hold) -> dict[str, Any]:
+    event_id = _event_id(payload)
+    row = None
+    if event_id:
+        row, created = inbound.claim_event(bot, event_id, "card.action.trigger")
+        if not created:
+            log.info("card action %s of %s is a duplicate; not handled again", event_id, bot.app_id)
+            return inbound.duplicate_answer(row)
+    else:
+        log.warning("card action of %s without header.event_id: cannot deduplicate", bot.app_id)
+    with cards.holding(hold):
+        answer, action = _call_handler(bot, payload)
+        answer = _checked_card(bot, action, answer)
+    if row is not None:
+        inbound.finish_event(row, answer)
+    return answer
+
+
+def _call_handler(bot, payload):
+    try:
+        action = registry.CardAction.from_payload(bot, payload)
+    except registry.InvalidCallback as exc:
+        log.warning("card action %s of %s: %s", _event_id(payload), bot.app_id, exc)
+        return _toast("warning", _("This button has no action Cardloop understands.")), None
+    handler = registry.handler_for(action.kind)
+    if handler is None:
+        log.warning(
+            "card action %s of %s: no handler for kind %r",
+            action.event_id,
+            bot.app_id,
+            action.kind[:64],
+        )
+        return _toast(
+            "warning", _("This button is not supported. Please refresh the card.")
+        ), action
+    try:
+        result = handler(action)
+    except Exception:
+        log.exception("card action %r: handler %r raised", action, action.kind)
+        return _toast(
+            "error", _("Something went wrong while handling your click. Please try again.")
+        ), action
+    if result is None:
+        return {}, action
+    if isinstance(result, registry.Answer):
+        return result.to_json(), action
+    if isinstance(result, dict):
+        return result, action
+    log.error("card action %r: handler returned %s, not an Answer", action, type(result).__name__)
+    return _toast(
+        "error", _("Something went wrong while handling your click. Please try again.")
+    ), action
+
+
+def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:
+    """A card in the answer must be valid Card JSON 2.0 (Feishu rejects the whole answer
+    otherwise): when it is not, answer toast-only and
+    queue the card as an update after the answer."""
+    card = answer.get("card")
+    if card is None:
+        return answer
+    data = card.get("data") if isinstance(card, dict) else None
+    problems = ["$: the answer card must be {type: raw, data: {…}}"]
+    if isinstance(card, dict) and card.get("type") == "raw":
+        problems = validate_card(data)
+    elif isinstance(card, dict) and card.get("type") == "template":
+        return answer
+    if not problems:
+        return answer
+    answer = {k: v for k, v in answer.items() if k != "card"}
+    log.warning(
+        "card action %r: answer card invalid (%s); answered toast-only, card queued as an update",
+        action,
+        "; ".join(problems[:3]),
+    )
+    if action is not None and action.open_message_id and isinstance(data, dict):
+        try:
+            cards.enqueue_card_for_message(bot, action.open_message_id, data)
+        except Exception:
+            log.exception("card action %r: could not queue the answer card", action)
+    return answer
+
+
+def _deliver_event(bot, payload: dict[str, Any]) -> None:
+    event = registry.LarkEvent.from_payload(bot, payload)
+    if event.event_id:
+        row, created = inbound.claim_event(bot, event.event_id, event.event_type or "p1")
+        if not created:
+            log.info("event %s of %s is a duplicate; not handled again", event.event_id, bot.app_id)
+            return
+    else:
+        row = None
+    for handler in registry.event_handlers(event.event_type):
+        try:
+            handler(event)
+        except Exception:
+            log.exception("%r: handler %r raised", event, getattr(handler, "__qualname__", handler))
+    if row is not None:
+        inbound.finish_event(row, None)

@@ -1,0 +1,364 @@
+"""Cards Cardloop sends and keeps up to date: send, register, and enqueue updates.
+
+    entity = send_card(bot, card, receive_id="oc_…", uuid=delivery_id, purpose="feedback")
+    enqueue_elements(entity, {"fb_status": {...}, "fb_buttons": {...}})   # CardKit, merged
+    enqueue_card(entity, whole_card, version=state_version)              # owned cards
+    register_renderer("progress", fn)          # fn(CardEntity) -> card dict | None
+    enqueue_render(entity, "progress", version=state_version)           # rendered at apply time
+
+Updates are rows of the durable queue `CardUpdate` (built on `plumbing.workqueue`), applied
+by `manage.py card_worker` (`interactions.cardqueue.worker`): coalesced per card, strictly
+increasing CardKit `sequence`, ≤ 5 updates per second per message, retried with backoff.
+
+**Answer first.** Feishu applies no card update sent before a callback's answer. The
+dispatcher runs every card-action handler inside `holding(hold)`; updates enqueued there are
+*held* (not due) until the ingress has sent the answer and calls `release_holds(hold)` from the
+response's close hook, or until `HOLD_FALLBACK` passes (crash, long connection, race).
+
+Enqueueing joins the caller's transaction (without a savepoint of its own), so a fact and the
+card update that shows it commit together.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
+from interactions.models import CardEntity, CardUpdate
+
+log = logging.getLogger(__name__)
+
+#: A held update becomes due after this long even if nobody releases it.
+HOLD_FALLBACK = timedelta(seconds=3)
+
+
+class InvalidCard(ValueError):
+    """A card failed `validate_card`; `problems` lists why (JSON paths, no card text)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems[:5]))
+
+
+@dataclass
+class Hold:
+    """The updates enqueued while one callback is being answered (`token` marks their rows).
+    After `release_holds`, `released` is True and later enqueues are no longer held."""
+
+    token: str = field(default_factory=lambda: uuidlib.uuid4().hex)
+    released: bool = False
+
+
+_current_hold: ContextVar[Hold | None] = ContextVar("cardloop_card_hold", default=None)
+
+
+@contextmanager
+def holding(hold: Hold) -> Iterator[Hold]:
+    """Hold every update enqueued in this context (thread / task) until `release_holds(hold)`."""
+    reset = _current_hold.set(hold)
+    try:
+        yield hold
+    finally:
+        _current_hold.reset(reset)
+
+
+def release_holds(hold: Hold) -> int:
+    """The answer was sent: make the updates held by `hold` due now. Returns how many rows."""
+    hold.released = True
+    return CardUpdate.objects.release_hold(hold.token)
+
+
+#: A send still unfinished this long after it began was interrupted (its process died): one
+#: send is at most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each, so a
+#: retry may then send again (deliveries, interactions) with the same message `uuid`.
+SEND_STALE = timedelta(minutes=2)
+
+
+def send_card(
+    bot,
+    card: dict[str, Any] | None,
+    *,
+    receive_id: str,
+    receive_id_type: str = "chat_id",
+    uuid: str | None = None,
+    purpose: str = "",
+    entity: bool = True,
+    card_id: str = "",
+    on_created: Callable[[str], None] | None = None,
+) -> CardEntity:
+    """Send Card JSON 2.0 `card` to `receive_id` and record the card for later updates.
+
+    With `entity` (default) the card is created as a CardKit card entity and the message
+    references it (element updates possible); otherwise the raw card is sent (whole-card
+    PATCH updates only). `uuid` makes a retried send return the first message (Feishu, 1 h).
+    Network I/O happens outside any transaction; call it outside yours.
+
+    Resending after an interrupted send: `on_created(card_id)` is called once the entity
+    exists and before the message is sent, so the caller can record it; a resend then passes
+    that `card_id` and the entity is reused instead of created again. With the same `uuid`,
+    Feishu answers a message it already has with that message, which shows that entity —
+    so the recorded card is the one on screen, whichever step the first attempt died in.
+    With `card_id`, `card` is not sent again (the entity already holds it) and may be None.
+
+    Raises `InvalidCard` (nothing sent) and `interactions.lark.client.LarkApiError`.
+    """
+    # imported here: lark-oapi takes seconds to import, and every process imports the queue
+    from interactions.lark.client import gateway_for
+
+    reuse = entity and bool(card_id)
+    problems = [] if reuse else validate_card(card)  # a reused entity already holds its card
+    if problems:
+        raise InvalidCard(problems)
+    gateway = gateway_for(bot)
+    if entity and not card_id:
+        card_id = gateway.create_card(card)
+        if on_created is not None:
+            on_created(card_id)
+    open_message_id = gateway.send_card(
+        receive_id=receive_id,
+        receive_id_type=receive_id_type,
+        card_id=card_id if entity else None,
+        card=None if entity else card,
+        uuid=uuid,
+    )
+    return register_card(
+        bot, card_id=card_id if entity else "", open_message_id=open_message_id, purpose=purpose
+    )
+
+
+def register_card(
+    bot, *, card_id: str = "", open_message_id: str = "", sequence: int = 0, purpose: str = ""
+) -> CardEntity:
+    """Record (or complete) a card Cardloop may update: a CardKit entity `card_id` and/or the
+    message `open_message_id` showing it. Idempotent; missing ids are filled in, `sequence`
+    (the last CardKit sequence someone else used on the card) only moves forward.
+
+    For cards the bot backend sent itself (two-phase registration). Raises ValueError without
+    any id, or when the ids belong to two different registered cards.
+    """
+    if not card_id and not open_message_id:
+        raise ValueError("register_card needs a card_id or an open_message_id")
+    with transaction.atomic():
+        by_card = (
+            CardEntity.objects.select_for_update().for_card_id(bot, card_id).first()
+            if card_id
+            else None
+        )
+        by_message = (
+            CardEntity.objects.select_for_update().for_message(bot, open_message_id).first()
+            if open_message_id
+            else None
+        )
+        if by_card and by_message and by_card.pk != by_message.pk:
+            raise ValueError("card_id and open_message_id are registered to different cards")
+        entity = by_card or by_message
+        if entity is None:
+            try:
+                with transaction.atomic():
+                    return CardEntity.objects.create(
+                        bot=bot,
+                        card_id=card_id,
+                        open_message_id=open_message_id,
+                        sequence=sequence,
+                        applied_sequence=sequence,
+                        purpose=purpose,
+                    )
+            except IntegrityError:  # a concurrent registration won
+                return register_card(
+                    bot,
+                    card_id=card_id,
+                    open_message_id=open_message_id,
+                    sequence=sequence,
+                    purpose=purpose,
+                )
+        if (card_id and entity.card_id and entity.card_id != card_id) or (
+            open_message_id and entity.open_message_id and entity.open_message_id != open_message_id
+        ):
+            raise ValueError("this card is registered with other ids")
+        entity.card_id = entity.card_id or card_id
+        entity.open_message_id = entity.open_message_id or open_message_id
+        entity.sequence = max(entity.sequence, sequence)
+        entity.applied_sequence = max(entity.applied_sequence, sequence)
+        entity.purpose = entity.purpose or purpose
+        entity.save()
+        return entity
+
+
+def enqueue_elements(
+    card: CardEntity, elements: dict[str, dict[str, Any]], *, version: int | None = None
+) -> CardUpdate | None:
+    """Queue replacing components of CardKit card `card` (element_id → full element JSON).
+
+    Merged with an update still pending for the card (newer value per element). `version`
+    (optional, per card, increasing) drops the call when a newer state was already enqueued.
+    Returns the pending row, or None when dropped. Raises ValueError for a card without a
+    CardKit `card_id` or malformed elements.
+    """
+    if not card.card_id:
+        raise ValueError("element updates need a CardKit card entity (card_id)")
+    _check_elements(elements)
+    return _enqueue(card, None, dict(elements), version)
+
+
+def enqueue_card(
+    card: CardEntity, card_json: dict[str, Any], *, version: int | None = None
+) -> CardUpdate | None:
+    """Queue replacing the whole card `card` with `card_json` (CardKit `card.update` for an
+    entity, message PATCH otherwise). Use for cards Cardloop owns entirely (progress, approval).
+    A newer whole card replaces anything still pending. `version` as in `enqueue_elements`.
+    """
+    if not isinstance(card_json, dict):
+        raise ValueError("card_json must be a Card JSON object")
+    return _enqueue(card, card_json, {}, version)
+
+
+#: Whole-card renderers of the queue: name → fn(CardEntity) -> Card JSON dict | None.
+_renderers: dict[str, Any] = {}
+
+
+def register_renderer(name: str, fn) -> None:
+    """Register `fn(card: CardEntity) -> dict | None` under `name` for `enqueue_render`.
+
+    The card worker calls it when the update is *applied* (each attempt), reading the current
+    state from the database; None means "nothing to show any more" (the update is done
+    without a request). Register from `AppConfig.ready()`; a name maps to one function.
+    """
+    if not name or len(name) > 32:
+        raise ValueError("renderer names are 1..32 characters")
+    _renderers[name] = fn
+
+
+def render_now(card: CardEntity, name: str) -> dict[str, Any] | None:
+    """Run renderer `name` for `card` (raises KeyError for an unknown name)."""
+    return _renderers[name](card)
+
+
+def enqueue_render(card: CardEntity, renderer: str, *, version: int | None = None):
+    """Queue a whole-card update of `card` whose JSON renderer `renderer` produces from the
+    database when the worker applies it — the current state at send time, never the state at
+    enqueue time, so a later update can never bring back an older state (an answered form never
+    comes back). Replaces anything pending for the card; a later `enqueue_card`
+    replaces it. `version` as in `enqueue_elements`. Raises KeyError for an unknown renderer.
+    Returns the pending row, or None when dropped.
+    """
+    if renderer not in _renderers:
+        raise KeyError(f"no card renderer {renderer!r} registered")
+    return _enqueue(card, None, {}, version, renderer=renderer)
+
+
+def enqueue_card_for_message(
+    bot, open_message_id: str, card_json: dict[str, Any]
+) -> CardUpdate | None:
+    """`enqueue_card` for the card in message `open_message_id`, registering it if needed
+    (used for a callback answer card that failed validation: it is shown after the answer)."""
+    entity = CardEntity.objects.for_message(bot, open_message_id).first() or register_card(
+        bot, open_message_id=open_message_id
+    )
+    return enqueue_card(entity, card_json)
+
+
+def enqueue_elements_for_card_id(
+    bot, card_id: str, elements: dict[str, dict[str, Any]]
+) -> CardUpdate | None:
+    """`enqueue_elements` for the CardKit entity `card_id` of `bot`, found and locked in the
+    same statement that looks for its pending update (the feedback click's path). Returns None
+    when `bot` has no such entity. Raises ValueError like `enqueue_elements`."""
+    if not card_id:
+        raise ValueError("element updates need a CardKit card entity (card_id)")
+    _check_elements(elements)
+    return _enqueue((bot, card_id), None, dict(elements), None)
+
+
+def _check_elements(elements: dict[str, dict[str, Any]]) -> None:
+    if not elements:
+        raise ValueError("no elements to update")
+    for element_id, element in elements.items():
+        if not isinstance(element_id, str) or not ELEMENT_ID_RE.match(element_id):
+            raise ValueError(f"bad element_id {element_id!r}")
+        if not isinstance(element, dict) or not element.get("tag"):
+            raise ValueError(f"element {element_id!r} must be a component object with a tag")
+
+
+def _enqueue(
+    card: CardEntity | tuple[Any, str],
+    card_json: dict[str, Any] | None,
+    elements: dict[str, dict[str, Any]],
+    version: int | None,
+    *,
+    renderer: str = "",
+) -> CardUpdate | None:
+    """Queue one update of `card` (a CardEntity, or `(bot, card_id)`); None when dropped
+    (older `version`) or when there is no such card."""
+    hold = _current_hold.get()
+    held = hold is not None and not hold.released
+    # joins the caller's transaction without a savepoint (nothing here is caught and retried:
+    # an error rolls the caller back with it); on its own it is one transaction
+    with transaction.atomic(savepoint=False):
+        # one statement: the card, locked, and the id of its pending update if there is one
+        locked = CardEntity.objects.locked_with_pending(card)
+        if locked is None:
+            return None
+        if version is not None:
+            if version <= locked.state_version:
+                log.info(
+                    "card %s: update version %s dropped (state %s is newer)",
+                    locked.pk,
+                    version,
+                    locked.state_version,
+                )
+                return None
+            locked.state_version = version
+            locked.save(update_fields=["state_version", "updated_at"])
+        now = timezone.now()
+        due = now + HOLD_FALLBACK if held else now
+        pending = (
+            CardUpdate.objects.select_for_update().filter(pk=locked.pending_pk).first()
+            if locked.pending_pk is not None
+            else None
+        )
+        if pending is None:
+            return CardUpdate.objects.insert(
+                CardUpdate(
+                    card=locked,
+                    card_json=card_json,
+                    elements=elements,
+                    renderer=renderer,
+                    next_attempt_at=due,
+                    hold_token=hold.token if held else "",
+                )
+            )
+        if renderer:  # a rendered whole card replaces everything pending
+            merged_card, merged_elements, dropped = None, {}, set()
+            pending.renderer = renderer
+        elif card_json is not None or not pending.renderer:
+            merged_card, merged_elements, dropped = merge_updates(
+                pending.card_json, pending.elements, card_json, elements
+            )
+            pending.renderer = ""
+        else:  # element updates cannot apply to a card rendered at apply time
+            merged_card, merged_elements, dropped = None, {}, set(elements)
+        if dropped:
+            log.warning(
+                "card %s: element update(s) %s not in the queued whole card; dropped",
+                locked.pk,
+                ",".join(sorted(dropped)),
+            )
+        pending.card_json = merged_card
+        pending.elements = merged_elements
+        fields = ["card_json", "elements", "renderer", "updated_at"]
+        if held:
+            pending.hold_token = hold.token
+            pending.next_attempt_at = max(pending.next_attempt_at, due)
+            fields += ["hold_token", "next_attempt_at"]
+        pending.save(update_fields=fields)
+        return pending

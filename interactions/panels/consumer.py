@@ -1,0 +1,204 @@
+"""The question panel's WebSocket consumer (`/ws/panel/`). Thin: the protocol, authentication
+and resync rules are in `interactions.panels.service` (read its docstring for the message
+table), presence and push in `interactions.panels.presence`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from interactions.panels import presence
+from interactions.panels import service as panels
+from interactions.panels.timing import resync_interval
+from plumbing.parsers import contains_unstorable, loads_untrusted
+
+log = logging.getLogger(__name__)
+
+
+class PanelConsumer(AsyncWebsocketConsumer):
+    """`/ws/panel/`: one question panel of one user (see `interactions.panels.service`)."""
+
+    user: presence.PanelUser | None = None
+    group: str = ""
+
+    async def connect(self):
+        self.known: set[str] = set()  # requestIds the client was told are open
+        self.closed: set[str] = set()  # requestIds the client was told are closed (recent)
+        self.lock = asyncio.Lock()
+        self.timer: asyncio.Task | None = None
+        self.user = await database_sync_to_async(panels.authenticate_scope)(self.scope)
+        offered = self.scope.get("subprotocols") or []
+        await self.accept(panels.SUBPROTOCOL if panels.SUBPROTOCOL in offered else None)
+        if self.user is None:
+            await self._send(
+                {
+                    "type": "error",
+                    "error": "invalid_token",
+                    "detail": "A valid desktop token is required.",
+                }
+            )
+            await self.close(code=panels.CLOSE_INVALID_TOKEN)
+            return
+        self.group = presence.group_for(self.user.bot, self.user.open_id)
+        # Join the group before reading the snapshot, so nothing committed in between is missed.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        presence.LOCAL.attach(self.channel_name, self.group)
+        await database_sync_to_async(presence.register)(self.user, self.channel_name)
+        async with self.lock:
+            await self._snapshot(await database_sync_to_async(panels.open_messages)(self.user))
+        self.timer = asyncio.get_running_loop().create_task(self._resync_loop())
+
+    async def disconnect(self, code):
+        if self.timer is not None and self.timer is not asyncio.current_task():
+            self.timer.cancel()
+        await self._leave()
+
+    async def _leave(self):
+        """Leave the group and drop the presence row (idempotent). If this is cancelled
+        midway, the row expires: the heartbeat no longer refreshes a detached channel."""
+        if self.user is None or not self.group:
+            return
+        group, self.group = self.group, ""
+        presence.LOCAL.detach(self.channel_name)
+        try:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception as exc:  # noqa: BLE001 - the entry expires with the layer's group_expiry
+            log.warning("panel could not leave its group (%s); it expires", type(exc).__name__)
+        finally:
+            await database_sync_to_async(presence.unregister)(self.channel_name)
+
+    # -- client → server ------------------------------------------------------------------
+
+    async def receive(self, text_data=None, bytes_data=None):
+        if self.user is None:
+            return
+        try:
+            if text_data is None:
+                raise panels.ClientError("binary_frame", "Send JSON text frames.")
+            if len(text_data) > panels.MAX_FRAME or len(text_data.encode()) > panels.MAX_FRAME:
+                raise panels.ClientError("too_large", f"At most {panels.MAX_FRAME} bytes.")
+            try:
+                message = loads_untrusted(text_data)
+            except ValueError:
+                raise panels.ClientError("malformed_json", "The frame is not JSON.")
+            if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+                raise panels.ClientError("invalid_message", {"type": "a string is required"})
+            if contains_unstorable(message):
+                raise panels.ClientError(
+                    "invalid_message",
+                    "Text must not contain NUL (\\u0000) or a lone surrogate (\\ud800-\\udfff).",
+                )
+            kind = message["type"]
+            if kind == "ask_user_questions_result":
+                try:
+                    reply = await database_sync_to_async(panels.submit)(self.user, message)
+                except panels.TokenRevoked:
+                    await self._close_revoked()
+                    return
+                async with self.lock:
+                    if reply["type"] == "ask_user_questions_accepted" or (
+                        reply["code"] in panels.TERMINAL_REJECTIONS
+                    ):
+                        self.known.discard(reply["requestId"])
+                        self.closed.add(reply["requestId"])
+                    await self._send(reply)
+            elif kind == "sync":
+                await self._resync(always=True)
+            elif kind == "ping":
+                await self._send({"type": "pong"})
+            else:
+                raise panels.ClientError("unknown_type", {"type": kind[:64]})
+        except panels.ClientError as exc:
+            await self._send(exc.frame())
+        except Exception:  # noqa: BLE001 - one failed frame must not end the panel
+            log.exception("panel frame failed")
+            await self._send({"type": "error", "error": "internal_error", "detail": "Try again."})
+
+    # -- channel layer → server → client ----------------------------------------------------
+
+    async def panel_push(self, event):
+        message = event.get("message") or {}
+        request_id = message.get("requestId")
+        async with self.lock:
+            if message.get("type") == "ask_user_questions":
+                if request_id in self.closed:
+                    return  # a cancellation overtook it (pushes from two processes)
+                self.known.add(request_id)
+            elif message.get("type") == "ask_user_questions_cancelled":
+                self.known.discard(request_id)
+                self._remember_closed(request_id)
+            await self._send(message)
+
+    async def panel_token_revoked(self, event):
+        """`panels.revoke_token` says a token of this user was revoked: close if it is ours."""
+        if self.user is not None and event.get("token_id") == self.user.token_id:
+            await self._close_revoked()
+
+    async def _close_revoked(self):
+        """Our desktop token was revoked: leave, say so and close with 4401 (idempotent)."""
+        if self.timer is not None and self.timer is not asyncio.current_task():
+            self.timer.cancel()
+        if not self.group:
+            return  # already left
+        await self._leave()
+        await self._send(
+            {"type": "error", "error": "invalid_token", "detail": "The desktop token was revoked."}
+        )
+        await self.close(code=panels.CLOSE_INVALID_TOKEN)
+
+    # -- resync ----------------------------------------------------------------------------
+
+    async def _resync_loop(self):
+        interval = resync_interval()
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))  # noqa: S311 - jitter
+            if not await database_sync_to_async(panels.token_is_active)(self.user.token_id):
+                await self._close_revoked()
+                return
+            try:
+                await self._resync(always=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - retried at the next interval
+                log.warning("panel resync failed", exc_info=True)
+
+    async def _resync(self, *, always: bool):
+        async with self.lock:
+            messages = await database_sync_to_async(panels.open_messages)(self.user)
+            current = {m["requestId"] for m in messages}
+            if current == self.known and not always:
+                return
+            if current != self.known:
+                missing, stale = len(current - self.known), len(self.known - current)
+                if not always:
+                    presence.STATS["resync_repaired"] += 1
+                    log.warning(
+                        "panel resync repaired a lost push: %d question(s) missing, %d stale",
+                        missing,
+                        stale,
+                    )
+            await self._snapshot(messages)
+
+    async def _snapshot(self, messages):
+        """Send the snapshot envelope and each open ask; the caller holds `self.lock`."""
+        await self._send(panels.snapshot_envelope(messages))
+        for message in messages:
+            await self._send(message)
+        current = {m["requestId"] for m in messages}
+        for request_id in self.known - current:
+            self._remember_closed(request_id)
+        self.known = current
+        self.closed -= current
+
+    def _remember_closed(self, request_id):
+        if len(self.closed) > 1000:
+            self.closed.clear()
+        self.closed.add(request_id)
+
+    async def _send(self, message):
+        await self.send(text_data=json.dumps(message, ensure_ascii=False))

@@ -1,0 +1,271 @@
+"""Live question panels: who is connected (presence rows) and pushing messages to them.
+
+- **Presence** (`PanelPresence` rows): created on connect, deleted on disconnect, refreshed by
+  the serving process every `CARDLOOP_PANEL_HEARTBEAT` s. `is_connected()` counts only rows
+  refreshed within `CARDLOOP_PANEL_PRESENCE_TTL` s, so a process that died (no disconnect ran)
+  stops counting after the TTL; any process's heartbeat sweeps such rows.
+- **Push.** `push(bot, open_id, message)` sends a message to every panel of the user through
+  the channel layer group `group_for(bot, open_id)` (Redis across processes; the in-memory
+  layer within one process). Best effort by design: the ASGI spec lets a group send drop
+  silently past a channel's capacity, and a client may be reconnecting at that moment; panels
+  resync with the database (`interactions.panels.service`), so a lost push only delays one.
+
+Asks push through this module; the panel protocol (authentication, snapshots, answers) is
+`interactions.panels.service`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.exceptions import ChannelFull
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import transaction
+from django.utils import timezone
+
+from botadmin.models import Bot
+from interactions.models import PanelPresence
+from interactions.panels.timing import heartbeat_interval
+
+log = logging.getLogger(__name__)
+
+#: This process, as written on its presence rows (host:pid:nonce).
+SERVER_ID = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+#: Counters of this process (pushes sent, drops seen, resync repairs): for logs and tests.
+STATS: Counter[str] = Counter()
+
+
+def group_for(bot: Bot | int, open_id: str) -> str:
+    """The channel-layer group of one user's panels. Hashed: group names are logged by the
+    layers and must be ASCII; an open_id must not appear in them."""
+    bot_id = bot if isinstance(bot, int) else bot.pk
+    digest = hashlib.sha256(f"{bot_id}:{open_id}".encode()).hexdigest()[:40]
+    return f"cardloop.panel.{digest}"
+
+
+@dataclass(frozen=True)
+class PanelUser:
+    """Who a panel connection shows questions for: the desktop token's bot and open_id.
+    `via` is `"desktop"` (token in a header or subprotocol) or `"web"` (session of `/panel/`).
+    `repr()` leaves the open_id out."""
+
+    token_id: int
+    bot: Bot
+    open_id: str
+    via: str
+
+    def __repr__(self) -> str:
+        return f"PanelUser(token={self.token_id}, bot={self.bot.app_id}, via={self.via})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Presence
+# ---------------------------------------------------------------------------------------------
+
+
+def register(user: PanelUser, channel_name: str) -> PanelPresence:
+    """Record a live panel of `user` served by this process on `channel_name`."""
+    now = timezone.now()
+    presence, _created = PanelPresence.objects.update_or_create(
+        channel_name=channel_name,
+        defaults={
+            "bot": user.bot,
+            "open_id": user.open_id,
+            "token_id": user.token_id,
+            "server": SERVER_ID,
+            "via": user.via,
+            "connected_at": now,
+            "last_seen_at": now,
+        },
+    )
+    return presence
+
+
+def unregister(channel_name: str) -> None:
+    """Forget the panel on `channel_name` (its socket closed). Idempotent."""
+    PanelPresence.objects.filter(channel_name=channel_name).delete()
+
+
+def refresh(channel_names: list[str]) -> int:
+    """Heartbeat of this process: mark its live panels as seen now and delete expired rows of
+    any process (one that died without disconnecting). Returns the number refreshed."""
+    now = timezone.now()
+    refreshed = 0
+    names = list(channel_names)
+    for start in range(0, len(names), 500):
+        refreshed += PanelPresence.objects.filter(
+            channel_name__in=names[start : start + 500]
+        ).update(last_seen_at=now)
+    swept = PanelPresence.objects.expired(now).delete()[0]
+    if swept:
+        log.info("panel presence: swept %d expired connection(s)", swept)
+    return refreshed
+
+
+def is_connected(bot: Bot, open_id: str) -> bool:
+    """Whether `open_id` of `bot` has a live panel in any process (a presence row refreshed
+    within `CARDLOOP_PANEL_PRESENCE_TTL` seconds). One indexed query."""
+    if not open_id:
+        return False
+    return PanelPresence.objects.live().of_user(bot, open_id).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
+# This process's live panels (for in-memory delivery and the heartbeat)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Local:
+    """Live consumers of this process: channel_name → (group, event loop). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.channels: dict[str, tuple[str, asyncio.AbstractEventLoop]] = {}
+        self.heartbeats: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
+
+    def attach(self, channel_name: str, group: str) -> None:
+        loop = asyncio.get_running_loop()
+        with self.lock:
+            self.channels[channel_name] = (group, loop)
+            task = self.heartbeats.get(loop)
+            if task is None or task.done():
+                self.heartbeats[loop] = loop.create_task(_heartbeat(loop))
+
+    def detach(self, channel_name: str) -> None:
+        with self.lock:
+            entry = self.channels.pop(channel_name, None)
+            if entry is None:
+                return
+            loop = entry[1]
+            if not any(lp is loop for _g, lp in self.channels.values()):
+                task = self.heartbeats.pop(loop, None)
+                if task is not None:
+                    task.cancel()
+
+    def on_loop(self, loop) -> list[str]:
+        with self.lock:
+            return [name for name, (_g, lp) in self.channels.items() if lp is loop]
+
+    def in_group(self, group: str) -> list[tuple[str, asyncio.AbstractEventLoop]]:
+        with self.lock:
+            return [(name, lp) for name, (g, lp) in self.channels.items() if g == group]
+
+
+LOCAL = _Local()
+
+
+async def _heartbeat(loop) -> None:
+    """Refresh this loop's presence rows every `heartbeat_interval()` s while it has panels."""
+    while True:
+        await asyncio.sleep(heartbeat_interval())
+        names = LOCAL.on_loop(loop)
+        if not names:
+            return
+        try:
+            await database_sync_to_async(refresh)(names)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a failed refresh is retried next beat
+            log.warning("panel presence refresh failed", exc_info=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Push
+# ---------------------------------------------------------------------------------------------
+
+#: Tasks of pushes scheduled on a running loop (kept referenced until done).
+_pending: set = set()
+
+
+def _log_failure(future) -> None:
+    _pending.discard(future)
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None:
+        STATS["push_failed"] += 1
+        log.warning("panel push failed: %s", type(exc).__name__)
+
+
+async def _send_local(layer, channel_name: str, event: dict) -> None:
+    try:
+        await layer.send(channel_name, event)
+    except ChannelFull:
+        STATS["push_dropped"] += 1
+        log.warning(
+            "panel push dropped: channel over capacity (%d); the panel resyncs", layer.capacity
+        )
+
+
+def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
+    """Send `message` (a panel protocol dict, e.g. `asks.panel_message(ask)`) to every live
+    panel of `open_id` of `bot`, in every process. Never raises and never blocks on a client.
+
+    Call it after the state it announces is committed: `transaction.on_commit(lambda:
+    presence.push(bot, open_id, message))`. Delivery is best effort (a group send may drop
+    past a channel's capacity, a client may be reconnecting): panels resync with the database
+    on connect and periodically, so a lost push only delays the panel.
+
+    With the in-memory layer (one process) the message goes directly to this process's
+    consumers of that user, on their event loop (thread-safe from any thread, e.g. the Feishu
+    callback pool); a full channel is counted in `STATS["push_dropped"]` and logged. With
+    Redis it is a `group_send` to `group_for(bot, open_id)` (over capacity, channels-redis
+    logs "channels over capacity").
+    """
+    STATS["push"] += 1
+    group_send(bot, open_id, {"type": "panel.push", "message": message})
+
+
+def group_send(bot: Bot, open_id: str, event: dict[str, Any]) -> None:
+    """Deliver channel-layer `event` to the consumers of `group_for(bot, open_id)` (see
+    `push`). Never raises."""
+    try:
+        layer = get_channel_layer()
+        if layer is None or not open_id:
+            return
+        group = group_for(bot, open_id)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if isinstance(layer, InMemoryChannelLayer):
+            for channel_name, loop in LOCAL.in_group(group):
+                try:
+                    if loop is running:
+                        task = loop.create_task(_send_local(layer, channel_name, event))
+                    else:
+                        task = asyncio.run_coroutine_threadsafe(
+                            _send_local(layer, channel_name, event), loop
+                        )
+                except RuntimeError:  # that loop is closed: its consumer is gone
+                    continue
+                _pending.add(task)
+                task.add_done_callback(_log_failure)
+            return
+        if running is not None:
+            task = running.create_task(layer.group_send(group, event))
+            _pending.add(task)
+            task.add_done_callback(_log_failure)
+            return
+        async_to_sync(layer.group_send)(group, event)
+    except Exception as exc:  # noqa: BLE001 - a push never fails the caller's change
+        STATS["push_failed"] += 1
+        log.warning("panel push failed: %s", type(exc).__name__)
+
+
+def push_on_commit(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
+    """`push()` once the current transaction commits (at once outside one)."""
+    transaction.on_commit(lambda: push(bot, open_id, message))
