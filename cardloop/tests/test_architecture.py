@@ -106,3 +106,29 @@ def test_no_module_is_part_of_an_import_cycle():
     modules = {m for m in graph.modules if ".tests" not in m and ".migrations" not in m}
     cycles = _strongly_connected(graph, modules)
     assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_leaf_contract_names_every_sibling_of_the_feishu_adapter():
+    """A new sub-package of interactions must join the leaf contract's forbidden list, or the
+    adapter could import it unnoticed."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (leaf,) = [c for c in config["contracts"] if c.get("source_modules") == ["interactions.lark"]]
+    siblings = {
+        f"interactions.{p.stem}"
+        for p in (ROOT / "interactions").iterdir()
+        if p.name
+        not in {
+            "lark",
+            "tests",
+            "migrations",
+            "locale",
+            "static",
+            "templates",
+            "__init__.py",
+            "__pycache__",
+        }
+        and (p.suffix == ".py" or (p / "__init__.py").exists())
+    }
+    assert siblings <= set(leaf["forbidden_modules"])
