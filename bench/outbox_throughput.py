@@ -139,7 +139,7 @@ def main() -> None:
 
     from botadmin.models import WebhookDestination
     from feedback import destinations, webhooks
-    from feedback.events import envelope, serialize, stable_event_id
+    from feedback.envelopes import envelope, serialize, stable_event_id
     from feedback.models import Event, OutboxItem, WebhookAttempt
 
     url = f"https://127.0.0.1:{port}/hook"

@@ -19,6 +19,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from plumbing.secretstore import read_secret
+
 
 class Team(models.Model):
     """A locally hosted team: owns a policy layer, is bound to chats, has manager members."""
@@ -197,8 +199,6 @@ class Bot(models.Model):
 
     def secret(self, name: str) -> str:
         """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
-        from plumbing.secretstore import read_secret
-
         return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
 
     def has_secret(self, name: str) -> bool:

@@ -11,6 +11,7 @@ not displayed.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -25,7 +26,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import WebhookDestination
 from feedback import destinations, outbox, webhooks
-from feedback.events import FEED_TYPES
+from feedback.envelopes import FEED_TYPES
 from feedback.models import Delivery, Event, OutboxItem, Revision, WebhookAttempt, WorkerTerminal
 from plumbing.admin import ReadOnlyAdmin
 from plumbing.workqueue import WorkStatus
@@ -588,8 +589,6 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("policy snapshot"))
     def snapshot_display(self, obj):
-        import json
-
         return format_html(
             "<pre style='white-space: pre-wrap'>{}</pre>",
             json.dumps(obj.policy_snapshot, ensure_ascii=False, indent=2),

@@ -396,6 +396,7 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
 
 def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any] | None) -> None:
     """Network part: send or register, then `_mark_sent`; `_mark_failed` + SendFailed on error."""
+    # local for start-up cost: the client loads lark-oapi (~4-6 s); only a send needs it
     from interactions.lark.client import LarkApiError
 
     bot = delivery.bot
@@ -482,6 +483,7 @@ def _write_whole_card(entity: CardEntity, card: dict[str, Any]) -> None:
     """Replace a registered CardKit entity's content with `card` now (two-phase send), with
     the card's next sequence. Done in the request, not through the card-update queue, so the
     answer body is never written to a queue row."""
+    # local for start-up cost: the client loads lark-oapi (~4-6 s); only a send needs it
     from interactions.lark.client import gateway_for
 
     with transaction.atomic():

@@ -32,7 +32,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from botadmin.models import Bot
-from feedback.events import emit, require_transaction, stable_event_id, turn_completed_data
+from feedback.envelopes import stable_event_id
+from feedback.events import emit, require_transaction, turn_completed_data
 from feedback.models import Delivery, Event, WorkerTerminal
 
 

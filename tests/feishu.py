@@ -99,6 +99,9 @@ async def apost_callback(
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
     """Like `post_callback`, through the project's ASGI application (channels'
     `HttpCommunicator`): returns `(status, headers, JSON body)`."""
+    # local for start-up cost: importing the ASGI application builds the whole stack (the
+    # Feishu callback route with lark-oapi) and runs the system checks; only the tests that
+    # post through it pay for that
     from channels.testing import HttpCommunicator
 
     from cardloop.asgi import application

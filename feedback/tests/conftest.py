@@ -184,7 +184,8 @@ def emit_event(db):
 
     from django.db import transaction
 
-    from feedback.events import emit, stable_event_id
+    from feedback.envelopes import stable_event_id
+    from feedback.events import emit
 
     def make(type_="interaction.resolved", data=None, **kwargs):
         with transaction.atomic():
