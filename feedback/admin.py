@@ -24,10 +24,17 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.models import WebhookDestination
 from feedback import destinations, outbox, webhooks
 from feedback.envelopes import FEED_TYPES
-from feedback.models import Delivery, Event, OutboxItem, Revision, WebhookAttempt, WorkerTerminal
+from feedback.models import (
+    Delivery,
+    Event,
+    OutboxItem,
+    Revision,
+    WebhookAttempt,
+    WebhookDestination,
+    WorkerTerminal,
+)
 from plumbing.admin import ReadOnlyAdmin
 from plumbing.workqueue import WorkStatus
 
@@ -269,7 +276,7 @@ class WebhookDestinationAdmin(admin.ModelAdmin):
             "title": gettext("Copy the signing secret now"),
             "destination": obj,
             "secret": secret,
-            "continue_url": reverse("admin:botadmin_webhookdestination_change", args=[obj.pk]),
+            "continue_url": reverse("admin:feedback_webhookdestination_change", args=[obj.pk]),
         }
         response = TemplateResponse(request, "admin/feedback/secret_once.html", context)
         response["Cache-Control"] = "no-store"

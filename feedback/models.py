@@ -1,19 +1,22 @@
-"""Deliveries, feedback revisions, worker terminals, durable events and the webhook outbox.
+"""Deliveries, feedback revisions, worker terminals, durable events, webhook destinations and
+the webhook outbox.
 
 State changes live in service modules next to these models (`feedback/deliveries.py`,
-`feedback/revisions.py`, `feedback/terminals.py`, `feedback/events.py`, `feedback/outbox.py`),
-each in one transaction. The answer body is never stored: a delivery keeps `content_hash` of the
+`feedback/revisions.py`, `feedback/terminals.py`, `feedback/events.py`, `feedback/outbox.py`,
+`feedback/destinations.py`), each in one transaction. The answer body is never stored: a delivery keeps `content_hash` of the
 caller's card and the ids needed to update Cardloop's own feedback area.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.models import Bot, Chat, Team, WebhookDestination
+from botadmin.models import Bot, Chat, Team
 from plumbing.workqueue import WorkItem
 
 
@@ -429,6 +432,60 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"
+
+
+class WebhookDestination(models.Model):
+    """An outbound webhook target. The set that applies is frozen on each delivery at send time.
+
+    Assignment: a destination with no teams and no bots receives events of every bot; otherwise
+    events whose bot is one of `bots` or whose team is one of `teams`.
+    """
+
+    EVENT_TYPES: ClassVar[list[tuple[str, str]]] = [
+        ("turn.completed", "turn.completed"),
+        ("feedback.revised", "feedback.revised"),
+        ("interaction.resolved", "interaction.resolved"),
+    ]
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    url = models.URLField(_("URL"), max_length=2000)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    event_types = models.JSONField(_("event types"), default=list)
+    timeout_ms = models.PositiveIntegerField(
+        _("timeout (ms)"), default=10_000, help_text=_("100–30000 ms per attempt.")
+    )
+    include_comment = models.BooleanField(
+        _("include comment text"),
+        default=False,
+        help_text=_("Send feedback comment text in feedback.revised. Off by default."),
+    )
+    secret_ref = models.CharField(_("secret ref"), max_length=80, blank=True, editable=False)
+    previous_secret_ref = models.CharField(
+        _("previous secret ref"), max_length=80, blank=True, editable=False
+    )
+    previous_secret_expires_at = models.DateTimeField(
+        _("previous secret expires at"), null=True, blank=True, editable=False
+    )
+    teams = models.ManyToManyField(
+        Team, blank=True, related_name="webhook_destinations", verbose_name=_("teams")
+    )
+    bots = models.ManyToManyField(
+        Bot, blank=True, related_name="webhook_destinations", verbose_name=_("bots")
+    )
+    disabled_reason = models.CharField(_("disabled reason"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        # The table keeps the name it was created with in `botadmin`, where the model lived
+        # before it moved next to its service (state-only migration, data untouched).
+        db_table = "botadmin_webhookdestination"
+        ordering = ["name"]
+        verbose_name = _("webhook destination")
+        verbose_name_plural = _("webhook destinations")
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class OutboxItem(WorkItem):

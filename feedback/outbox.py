@@ -46,11 +46,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from botadmin import audit
-from botadmin.models import Bot, Team, WebhookDestination
+from botadmin.models import Bot, Team
 from feedback import destinations as destinations_service
 from feedback import webhooks
 from feedback.envelopes import PRIVATE_FIELDS, envelope, serialize, stable_event_id, with_private
-from feedback.models import Event, OutboxItem, WebhookAttempt
+from feedback.models import Event, OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.webhooks import AttemptResult, Outcome, WebhookRequest
 from plumbing.workqueue import (
     WorkStatus,

@@ -186,7 +186,7 @@ def _outbox_row(delivery, status, destination, *, team=None, bot=None, n=[0]):  
 def test_failures_count_failed_deliveries_and_failed_or_dead_outbox_rows_by_dimension(
     scenario, world, make_delivery
 ):
-    from botadmin.models import WebhookDestination
+    from feedback.models import WebhookDestination
 
     dest = WebhookDestination.objects.create(name="ops", url="https://hooks.example.com/x")
     make_delivery(

@@ -10,9 +10,8 @@ import pytest
 from django.db import transaction
 from standardwebhooks.webhooks import Webhook
 
-from botadmin.models import WebhookDestination
 from feedback.events import emit_feedback_revised
-from feedback.models import Revision, WebhookAttempt
+from feedback.models import Revision, WebhookAttempt, WebhookDestination
 from feedback.outbox import effective_destinations
 
 
@@ -21,7 +20,7 @@ def test_a_destination_created_in_the_admin_receives_signed_turn_and_feedback_ev
     admin_client, bot_client, receiver, make_delivery, make_worker
 ):
     page = admin_client.post(
-        "/admin/botadmin/webhookdestination/add/",
+        "/admin/feedback/webhookdestination/add/",
         {
             "name": "Team receiver",
             "url": receiver.url("/cardloop"),
@@ -93,7 +92,7 @@ def test_the_readme_demo_flow_reaches_an_admin_created_destination(
     from feedback.tests.conftest import drain_card_updates
 
     page = admin_client.post(
-        "/admin/botadmin/webhookdestination/add/",
+        "/admin/feedback/webhookdestination/add/",
         {
             "name": "Demo receiver",
             "url": receiver.url("/cardloop"),

@@ -12,9 +12,8 @@ import ipaddress
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from botadmin.models import WebhookDestination
 from feedback import webhooks
-from feedback.models import OutboxItem, WebhookAttempt
+from feedback.models import OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.webhooks import AttemptResult, Outcome, address_block_reason
 
 BLOCKED = [
