@@ -27,14 +27,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Case, Max, Value, When
 from django.utils import timezone
 
 from feedback.envelopes import PRIVATE_FIELDS, envelope, rfc3339, serialize, stable_event_id
 from feedback.models import Event
 from feedback.outbox import fan_out
-from plumbing.db.rows import insert_row
 
 
 class NotInTransaction(RuntimeError):
@@ -105,7 +104,7 @@ def emit(
         created_at=time,
     )
     if fresh_id:
-        event = insert_row(Event(**fields))
+        event = Event.objects.insert(Event(**fields))
     else:
         try:
             with transaction.atomic():
@@ -237,8 +236,6 @@ def emit_feedback_revised(revision) -> tuple[Event, bool]:
 # ---------------------------------------------------------------------------------------------
 
 _CURSOR_TAG = "e2"
-#: Arbitrary constant naming the feed sequencer's PostgreSQL advisory lock.
-_SEQUENCER_LOCK = 0x6361726466656564  # "cardfeed"
 
 
 def sequence_events(*, batch: int = 1000, max_batches: int = 20) -> int:
@@ -252,9 +249,7 @@ def sequence_events(*, batch: int = 1000, max_batches: int = 20) -> int:
     total = 0
     for _ in range(max_batches):
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", [_SEQUENCER_LOCK])
+            Event.objects.lock_sequencer()
             pks = list(Event.objects.unsequenced().values_list("pk", flat=True)[:batch])
             if not pks:
                 break
