@@ -1,7 +1,7 @@
 """Deliveries: a final answer handed over by the bot backend, sent (or registered) with
 Cardloop's feedback area. The one entry point is `deliver()` (API and `manage.py send_card`).
 
-Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
+Steps of `deliver(bot, request)`:
 
 1. **Retry first.** A delivery is identified by (bot, session_id, turn_id, native_session_id,
    dispatch_attempt, discriminator) when session and turn are given (database constraint
@@ -62,7 +62,7 @@ from interactions.models import CardEntity
 
 log = logging.getLogger(__name__)
 
-#: Run-time metadata a delivery keeps (analytics dimensions, frozen at send; DESIGN §4).
+#: Run-time metadata a delivery keeps (analytics dimensions, frozen at send).
 METADATA_FIELDS: tuple[str, ...] = (
     "model",
     "cli_id",

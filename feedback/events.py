@@ -134,7 +134,6 @@ def turn_completed_data(delivery) -> dict[str, Any]:
     completed_at, content_hash, platform_message_id. When known: native_session_id,
     discriminator, card_id, chat_id, topic_id, duration_ms, usage, cli_id, cli_version, model,
     reasoning_effort, skill_name, skill_version, workflow_id, task_id, parent_task_id.
-    Source: research/botmux.md §A.8 "Payload".
     """
     always = {
         "delivery_id": delivery.delivery_id,

@@ -257,7 +257,7 @@ class Delivery(models.Model):
             models.Index(
                 fields=["bot", "session_id", "turn_id", "dispatch_attempt"], name="delivery_turn"
             ),
-            # Analytics (issue 5): index-only counts of deliveries per range, team and bot.
+            # Analytics: index-only counts of deliveries per range, team and bot.
             models.Index(
                 fields=["created_at"],
                 include=["team", "bot", "feedback_shown", "status"],

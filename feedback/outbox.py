@@ -150,7 +150,8 @@ def backoff_delay(attempts: int, *, retry_after_s: float | None, rng: random.Ran
 
     Full jitter: uniform(0, min(cap 300 s, base 1 s × 2^(attempts−1))); a Retry-After value is
     a floor the jitter never goes below: max(jitter, retry_after_s). Sources: AWS
-    "Exponential Backoff And Jitter"; failure-modes B20 (svix#2203).
+    "Exponential Backoff And Jitter"; a receiver that asks for a pause with Retry-After gets at
+    least that pause, jitter never undercuts it (svix#2203).
     """
     ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(max(attempts, 1) - 1, 30))
     delay = rng.uniform(0, ceiling)

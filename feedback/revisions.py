@@ -1,4 +1,4 @@
-"""Clicks on the feedback area → immutable revisions (DESIGN §3 "Feedback on a click").
+"""Clicks on the feedback area → immutable revisions.
 
 Card-action handlers `feedback` and `feedback_detail` (registered from
 `FeedbackConfig.ready()`) call the two state changes here:
@@ -18,7 +18,7 @@ serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
    up there, never taken from the client;
 4. `callback_key` = sha256 of (delivery, operator, kind, key, reason, comment, rev): a repeat
    of the same click on the same card state (a second event_id, a concurrent double click)
-   finds the stored revision and answers exactly as the first one did (B06); racing clicks
+   finds the stored revision and answers exactly as the first one did; racing clicks
    queue on the delivery's row lock, so the later one finds the first one's revision;
 5. stale-click guard: `rev` must be the delivery's current revision id ("" before any): a
    click made on an older card state gets a toast and a repaint, no write;
@@ -127,7 +127,8 @@ def callback_key(
     rev: str = "",
 ) -> str:
     """`cb_` + 64 hex: sha256 of the click's content and the card state (`rev`) it was made on.
-    Equal for repeats of one click; different after the card moved on (botmux §A.5)."""
+    Equal for repeats of one click; different after the card moved on, so the same button
+    pressed again on a newer card state is a new click."""
     parts = [delivery_id, operator, kind, key, reason, comment, rev]
     digest = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
     return f"cb_{digest}"
@@ -207,7 +208,8 @@ def _current_rev(delivery: Delivery) -> str:
 def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
-    and leaves the card as it is: the fact is recorded and the answer stays a toast (B12)."""
+    and leaves the card as it is: the fact is recorded and the answer stays a toast (a click
+    is never lost to a card Feishu would refuse)."""
     if not delivery.card_id:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
         return
@@ -216,7 +218,7 @@ def repaint(delivery: Delivery) -> None:
         area = feedback_cards.feedback_area(
             delivery.policy_snapshot or {}, delivery.delivery_id, feedback_cards.Choice.of(current)
         )
-    except Exception:  # noqa: BLE001 - a renderer bug must not lose the click (B12)
+    except Exception:  # noqa: BLE001 - a renderer bug must not lose the click
         log.exception("delivery %s: rendering the feedback area failed", delivery.delivery_id)
         return
     if cards.enqueue_elements_for_card_id(delivery.bot, delivery.card_id, area) is None:

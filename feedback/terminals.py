@@ -1,7 +1,7 @@
 """Worker terminals and `turn.completed`: the agent runtime's "this turn ended" signal,
 reconciled with the deliveries of that turn in either arrival order.
 
-Rules (issue 4; research/botmux.md §A.8):
+Rules:
 - a terminal is keyed by (bot, session_id, turn_id, attempt) and has one status
   (completed / failed / cancelled / ambiguous); the same status again is an idempotent no-op,
   a different status raises TerminalConflict and changes nothing;

@@ -7,10 +7,9 @@
     status, headers, answer = await feishu.apost_callback("cli_test_app", body, encrypt_key=EK)
     feishu.assert_valid_card(card)
 
-Fixtures in `tests/fixtures/feishu/` are copies of `../shared/fixtures/feishu/` (real-format
-bodies with placeholder ids: `cli_test_app`, `vt_test_token`, `ou_requester`, `om_final_card` …).
-The root `conftest.py` wraps these in fixtures: `lark_bot`, `lark_callback`, `lark_stub`,
-`register_card_handler`.
+Fixtures in `tests/fixtures/feishu/` are real-format Feishu bodies with placeholder ids
+(`cli_test_app`, `vt_test_token`, `ou_requester`, `om_final_card` …). The root `conftest.py`
+wraps these in fixtures: `lark_bot`, `lark_callback`, `lark_stub`, `register_card_handler`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Issue 4 "done when", up to what exists today: a destination created in the admin receives
-signed turn.completed and feedback.revised events (the deliveries API comes with issue 3, so
-the delivery and revision are written with the ORM the way that code will)."""
+"""A destination created in the admin receives signed turn.completed and feedback.revised
+events (the delivery and revision are written with the ORM the way the deliveries code does)."""
 
 from __future__ import annotations
 
