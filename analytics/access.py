@@ -1,7 +1,7 @@
 """Who may read which analytics: the scope is decided here, from the database, never from a
 client-sent id, and applied inside every query of `analytics.queries`.
 
-Rules (issue 5):
+Rules:
 - a superuser sees every delivery (also those with no team);
 - a manager — a user with at least one `botadmin.TeamMembership` — sees only deliveries whose
   frozen `team` is one of their teams;

@@ -178,7 +178,7 @@ PAGE_SIZE = OpenApiParameter(
 
 def _refuse_ordering(request) -> None:
     """The list has one order, newest first on the unique (sent time, id); a client ordering
-    on a non-unique field is what makes cursors skip or repeat rows (failure mode B18)."""
+    on a non-unique field is what makes cursors skip or repeat rows across tied timestamps."""
     if "ordering" in request.query_params:
         raise ApiError(
             "invalid_filter",

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete
 from django.utils.translation import gettext_lazy as _
 
 
@@ -9,8 +10,8 @@ class AnalyticsConfig(AppConfig):
     verbose_name = _("Analytics")
 
     def ready(self):
-        from django.db.models.signals import post_delete
-
+        # Here, not at the top: `rollups` imports models, which Django allows only once the
+        # app registry is ready.
         from analytics import rollups
 
         post_delete.connect(

@@ -2,7 +2,7 @@
 drill-down list and its CSV): parsing and validation of the query string into an
 `AnalyticsQuery`, which `analytics.queries` applies to deliveries, latest ratings and outbox rows.
 
-Parameters (botmux A.10 names, snake_case):
+Parameters (snake_case names):
 - `from`, `to` (required): `YYYY-MM-DD` (local midnight in `tz`) or ISO 8601 datetime; the range
   is `[from, to)`, `from < to`, at most 366 local days;
 - `tz`: IANA zone of the report (default `CARDLOOP_REPORT_TZ`);
@@ -34,7 +34,7 @@ from django.utils.translation import gettext_lazy as _
 from analytics import periods
 from feedback.models import Delivery, LatestFeedback, Semantic
 
-#: Policy key rule (DESIGN §3): verdict and reason keys are `[a-z0-9_-]+`.
+#: The policy's key rule (`botadmin.policy`): verdict and reason keys are `[a-z0-9_-]+`.
 KEY_VALIDATOR = RegexValidator(
     r"^[a-z0-9_-]+$", _("Use a key of lowercase letters, digits, _ and -."), code="invalid_filter"
 )

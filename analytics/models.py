@@ -16,11 +16,42 @@ tests check that both give exactly the raw numbers.
 
 from __future__ import annotations
 
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from feedback.models import Delivery
+from feedback.models import Delivery, LatestFeedback
+from plumbing.db.rows import quoted_table
+
+
+class DeliveryRatingCountsQuerySet(models.QuerySet):
+    def recount_all(self) -> int:
+        """Replace every row with counts recomputed from the latest ratings, in the caller's
+        transaction; returns the number of rows written (deliveries with a latest rating).
+
+        On PostgreSQL the latest-rating table is first locked in SHARE mode, so no click can
+        commit between the DELETE and the INSERT (clicks wait for the recount). Hand-written:
+        one `INSERT … SELECT … GROUP BY` runs the whole recount inside the database, where the
+        ORM would read every latest rating into Python and write the rollup back row by row;
+        this is a maintenance path (`manage.py analytics_rebuild`), its time was not benched."""
+        counts, latest = quoted_table(DeliveryRatingCounts), quoted_table(LatestFeedback)
+        delivery = quoted_table(Delivery)
+        with connection.cursor() as cur:
+            if connection.vendor == "postgresql":
+                cur.execute(f"LOCK TABLE {latest} IN SHARE MODE")
+            cur.execute(f"DELETE FROM {counts}")  # noqa: S608
+            cur.execute(
+                f"""
+INSERT INTO {counts} (delivery_id, created_at, team_id, bot_id, positive, progress, negative)
+SELECT d.id, d.created_at, d.team_id, d.bot_id,
+       SUM(CASE WHEN lf.semantic = 'positive' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN lf.semantic = 'progress' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN lf.semantic = 'negative' THEN 1 ELSE 0 END)
+  FROM {latest} lf JOIN {delivery} d ON d.id = lf.delivery_id
+ GROUP BY d.id, d.created_at, d.team_id, d.bot_id
+"""  # noqa: S608 - table names from _meta; no parameters
+            )
+            return cur.rowcount
 
 
 class DeliveryRatingCounts(models.Model):
@@ -43,6 +74,8 @@ class DeliveryRatingCounts(models.Model):
     positive = models.IntegerField(_("positive"), default=0)
     progress = models.IntegerField(_("progress"), default=0)
     negative = models.IntegerField(_("negative"), default=0)
+
+    objects = DeliveryRatingCountsQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("delivery rating counts")

@@ -1,6 +1,6 @@
 """Report time zone, range boundaries and trend buckets: pure functions, no database.
 
-Rules (issue 5; failure mode B19 in research/failure-modes.md):
+Rules (a report is read in one time zone, and local days must not drift across DST changes):
 - every range is half-open `[start, end)` in absolute time; a bare date (`2025-03-01`) means
   local midnight of that day in the report zone, a naive datetime is read in the report zone,
   an aware one keeps its offset;
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 
-#: The longest range accepted (botmux A.10: 366 days, so a leap year fits).
+#: The longest range accepted (366 days, so a leap year fits).
 MAX_RANGE_DAYS = 366
 
 

@@ -1,7 +1,7 @@
 """The analytics query layer: the only place that counts. API, dashboard and CSV call it.
 
-Definitions (issue 5, following botmux A.10 — numbers below are for one `AnalyticsQuery` and one
-`Scope`; a delivery belongs to the range by its `created_at`, the time it was sent):
+Definitions (numbers below are for one `AnalyticsQuery` and one `Scope`; a delivery belongs
+to the range by its `created_at`, the time it was sent):
 - **delivered**: deliveries sent in the range that match the delivery dimensions, any status;
 - **latest rating**: the newest revision of one (delivery, operator) — a `LatestFeedback` row;
 - **ratings**: latest ratings of delivered deliveries that match the rating dimensions;
@@ -54,11 +54,11 @@ from botadmin.models import Bot
 from feedback.models import Delivery, LatestFeedback, OutboxItem, Semantic
 from plumbing.workqueue import WorkStatus
 
-#: Statuses counted as "deliveries that failed" (issue 5).
+#: Statuses counted as "deliveries that failed".
 FAILED_STATUSES = (Delivery.Status.SEND_FAILED, Delivery.Status.FAILED)
 #: Outbox statuses counted as failures.
 FAILED_OUTBOX_STATUSES = (WorkStatus.FAILED, WorkStatus.DEAD)
-#: Largest drill-down page (botmux A.10: 1–100).
+#: Largest drill-down page (a page holds 1–100 rows).
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 SEMANTICS = (Semantic.POSITIVE, Semantic.PROGRESS, Semantic.NEGATIVE)
@@ -683,7 +683,7 @@ def deliveries_page(
 
     Keyset pagination on the unique total order (created_at DESC, id DESC): following `next`
     to the end and `previous` back visits every row once, also across tied timestamps
-    (failure mode B18). `page_size` is 1..MAX_PAGE_SIZE (callers validate; here it is clamped).
+    (ordering by a non-unique column would skip or repeat them). `page_size` is 1..MAX_PAGE_SIZE (callers validate; here it is clamped).
     Two queries: the page, then its ratings.
     """
     size = max(1, min(int(page_size), 10_000))

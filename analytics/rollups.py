@@ -8,35 +8,18 @@ for the rebuild, typically seconds at a million deliveries).
 
 from __future__ import annotations
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, F, Q
 
 from analytics.models import DeliveryRatingCounts
 from feedback.models import LatestFeedback, Semantic
 
-_COUNTS = DeliveryRatingCounts._meta.db_table
-_LATEST = LatestFeedback._meta.db_table
-_DELIVERY = LatestFeedback._meta.get_field("delivery").related_model._meta.db_table
-
-_REBUILD = f"""
-INSERT INTO {_COUNTS} (delivery_id, created_at, team_id, bot_id, positive, progress, negative)
-SELECT d.id, d.created_at, d.team_id, d.bot_id,
-       SUM(CASE WHEN lf.semantic = 'positive' THEN 1 ELSE 0 END),
-       SUM(CASE WHEN lf.semantic = 'progress' THEN 1 ELSE 0 END),
-       SUM(CASE WHEN lf.semantic = 'negative' THEN 1 ELSE 0 END)
-  FROM {_LATEST} lf JOIN {_DELIVERY} d ON d.id = lf.delivery_id
- GROUP BY d.id, d.created_at, d.team_id, d.bot_id
-"""  # noqa: S608 - table names from _meta; no parameters
-
 
 def rebuild() -> int:
-    """Recompute every row from the latest ratings; returns the number of rows written."""
-    with transaction.atomic(), connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute(f"LOCK TABLE {_LATEST} IN SHARE MODE")
-        cur.execute(f"DELETE FROM {_COUNTS}")  # noqa: S608
-        cur.execute(_REBUILD)
-        return cur.rowcount
+    """Recompute every row from the latest ratings in one transaction
+    (`DeliveryRatingCounts.objects.recount_all`); returns the number of rows written."""
+    with transaction.atomic():
+        return DeliveryRatingCounts.objects.recount_all()
 
 
 def forget_team(sender, instance, **kwargs) -> None:

@@ -29,8 +29,15 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from analytics.models import DeliveryRatingCounts
-from botadmin.models import Bot, Chat, Team, TeamChat, WebhookDestination
-from feedback.models import Delivery, Event, LatestFeedback, OutboxItem, Revision
+from botadmin.models import Bot, Chat, Team, TeamChat
+from feedback.models import (
+    Delivery,
+    Event,
+    LatestFeedback,
+    OutboxItem,
+    Revision,
+    WebhookDestination,
+)
 
 SEED_BOT_PREFIX = "cli_seed_"
 SHANGHAI = zoneinfo.ZoneInfo("Asia/Shanghai")
@@ -71,9 +78,24 @@ def snapshot_for(team_index: int) -> dict[str, Any]:
         "audience": "requester",
         "allow_reselect": True,
         "buttons": [
-            {"key": "conclusive_usable", "label": "有用 / Useful", "semantic": "positive", "style": "primary"},
-            {"key": "partly_usable", "label": "部分可用 / Partly", "semantic": "progress", "style": "default"},
-            {"key": "not_usable", "label": "不可用 / Not usable", "semantic": "negative", "style": "danger"},
+            {
+                "key": "conclusive_usable",
+                "label": "有用 / Useful",
+                "semantic": "positive",
+                "style": "primary",
+            },
+            {
+                "key": "partly_usable",
+                "label": "部分可用 / Partly",
+                "semantic": "progress",
+                "style": "default",
+            },
+            {
+                "key": "not_usable",
+                "label": "不可用 / Not usable",
+                "semantic": "negative",
+                "style": "danger",
+            },
         ],
         "negative_followup": {
             "reasons": [{"key": k, "label": label} for k, label in reasons],
@@ -82,7 +104,11 @@ def snapshot_for(team_index: int) -> dict[str, Any]:
     }
 
 
-VERDICT_OF = {"positive": "conclusive_usable", "progress": "partly_usable", "negative": "not_usable"}
+VERDICT_OF = {
+    "positive": "conclusive_usable",
+    "progress": "partly_usable",
+    "negative": "not_usable",
+}
 
 
 def seed_delivery_count() -> int:
@@ -162,7 +188,10 @@ class _Writer:
         if connection.vendor == "postgresql":
             cols = ", ".join(connection.ops.quote_name(f.column) for f in self.fields)
             table = connection.ops.quote_name(self.model._meta.db_table)
-            with connection.cursor() as cur, cur.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+            with (
+                connection.cursor() as cur,
+                cur.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy,
+            ):
                 for row in rows:
                     copy.write_row([self._value(f, row) for f in self.fields])
         else:
@@ -194,14 +223,32 @@ def _timestamps(rng: random.Random, n: int, days: int, end: datetime) -> list[da
         weekday = (first_midnight + timedelta(days=i)).weekday()
         day_weights.append((1 + 2 * i / days) * (0.35 if weekday >= 5 else 1.0))
     hour_weights = [0.15] * 7 + [
-        0.6, 1.2, 2.0, 2.2, 1.6, 1.0, 1.8, 2.1, 2.0, 1.7, 1.2, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2
+        0.6,
+        1.2,
+        2.0,
+        2.2,
+        1.6,
+        1.0,
+        1.8,
+        2.1,
+        2.0,
+        1.7,
+        1.2,
+        0.8,
+        0.6,
+        0.5,
+        0.4,
+        0.3,
+        0.2,
     ]
     days_drawn = rng.choices(range(days + 1), weights=day_weights, k=n)
     hours_drawn = rng.choices(range(24), weights=hour_weights, k=n)
     span = (end - start).total_seconds()
     out = []
     for d, h in zip(days_drawn, hours_drawn, strict=True):
-        when = (first_midnight + timedelta(days=d, hours=h, seconds=rng.random() * 3600)).astimezone(UTC)
+        when = (
+            first_midnight + timedelta(days=d, hours=h, seconds=rng.random() * 3600)
+        ).astimezone(UTC)
         if not start <= when < end:  # the partial first/last local day: draw again, uniformly
             when = start + timedelta(seconds=rng.random() * span)
         out.append(when)
@@ -227,7 +274,9 @@ def build(
     end = end or timezone.now().replace(microsecond=0)
     teams = [Team.objects.get_or_create(name=name)[0] for name in TEAMS]
     bots = [
-        Bot.objects.get_or_create(app_id=f"{SEED_BOT_PREFIX}{i}", defaults={"name": f"Seed bot {i}"})[0]
+        Bot.objects.get_or_create(
+            app_id=f"{SEED_BOT_PREFIX}{i}", defaults={"name": f"Seed bot {i}"}
+        )[0]
         for i in range(1, 5)
     ]
     chats = []
@@ -239,7 +288,8 @@ def build(
             TeamChat.objects.get_or_create(team=team, chat=chat)
             chats.append((chat, t_index))
     hook, _ = WebhookDestination.objects.get_or_create(
-        name="seed-hook", defaults={"url": "https://hooks.example.com/seed", "event_types": ["turn.completed"]}
+        name="seed-hook",
+        defaults={"url": "https://hooks.example.com/seed", "event_types": ["turn.completed"]},
     )
     snapshots = [snapshot_for(i) for i in range(len(teams))]
     operators = [f"ou_seed_{i:04d}" for i in range(300)]
@@ -301,7 +351,9 @@ def build(
                     "feedback_reason": "enabled" if shown else "disabled",
                     "policy_snapshot": snapshots[t_index] if shown else None,
                     "status": status,
-                    "error_code": rng.choice(ERROR_CODES) if status in ("send_failed", "failed") else "",
+                    "error_code": rng.choice(ERROR_CODES)
+                    if status in ("send_failed", "failed")
+                    else "",
                     "duration_ms": rng.randint(2_000, 600_000),
                     "completed_at": finished if status != "sent" else None,
                     "created_at": created,
@@ -315,10 +367,14 @@ def build(
                     prev_id = None
                     at = created + timedelta(seconds=rng.randint(10, 7200))
                     for step in range(1, chain + 1):
-                        semantic = rng.choices(("positive", "progress", "negative"), weights=MODELS[model])[0]
+                        semantic = rng.choices(
+                            ("positive", "progress", "negative"), weights=MODELS[model]
+                        )[0]
                         reason = ""
                         if semantic == "negative" and rng.random() < 0.85:
-                            reason = rng.choice(snapshots[t_index]["negative_followup"]["reasons"])["key"]
+                            reason = rng.choice(snapshots[t_index]["negative_followup"]["reasons"])[
+                                "key"
+                            ]
                         rid = take(Revision)
                         rows[Revision].append(
                             {
@@ -353,7 +409,9 @@ def build(
                         }
                     )
             if status in ("completed", "failed") and rng.random() < 0.08:
-                _event_and_outbox(rows, take, rng, hook, did, team.id, rows[Delivery][-1]["bot_id"], finished)
+                _event_and_outbox(
+                    rows, take, rng, hook, did, team.id, rows[Delivery][-1]["bot_id"], finished
+                )
             if rng.random() < 0.002:
                 _event_and_outbox(rows, take, rng, hook, None, team.id, bots[0].id, finished)
         with transaction.atomic():

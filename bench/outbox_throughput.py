@@ -137,10 +137,9 @@ def main() -> None:
     import httpx
     from django.utils import timezone
 
-    from botadmin.models import WebhookDestination
     from feedback import destinations, webhooks
-    from feedback.events import envelope, serialize, stable_event_id
-    from feedback.models import Event, OutboxItem, WebhookAttempt
+    from feedback.envelopes import envelope, serialize, stable_event_id
+    from feedback.models import Event, OutboxItem, WebhookAttempt, WebhookDestination
 
     url = f"https://127.0.0.1:{port}/hook"
     stats_client = httpx.Client(verify=webhooks._ssl_context(), trust_env=False)

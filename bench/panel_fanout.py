@@ -43,26 +43,6 @@ sys.path.insert(0, str(ROOT))
 APP_ID = "cli_bench_panel"
 USER = "ou_bench_user_{}"
 SESSION = "bench_session_{}"
-QUESTIONS = [
-    {
-        "question": "Which database should the service use?",
-        "header": "Database",
-        "options": [
-            {"label": "SQLite", "description": "Single file"},
-            {"label": "PostgreSQL", "description": "Production grade"},
-        ],
-        "multiSelect": False,
-    },
-    {
-        "question": "Which checks should run before the deploy?",
-        "header": "Checks",
-        "options": [
-            {"label": "Unit tests", "description": "pytest"},
-            {"label": "Lint", "description": "ruff"},
-        ],
-        "multiSelect": True,
-    },
-]
 
 
 def configure(secret_dir: str) -> dict[str, str]:
@@ -187,8 +167,11 @@ async def run(url: str, world: dict, args) -> dict:
     import httpx
     from websockets.asyncio.client import connect
 
+    # Project modules after Django is set up (`configure`); the questions are the ones the
+    # ask tests use (one single-select, one multi-select).
     from interactions.lark.signing import seal
     from interactions.render import progress_cards
+    from interactions.tests.ask_helpers import QUESTIONS
     from tests import feishu
 
     started = time.monotonic()

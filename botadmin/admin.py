@@ -15,6 +15,7 @@ from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
@@ -157,6 +158,7 @@ CredentialsFilter = two_way_filter(
     ("yes", _("app secret set"), lambda qs: qs.with_credentials()),
     ("no", _("no app secret (dry run)"), lambda qs: qs.filter(app_secret_ref="")),
 )
+
 
 @admin.register(Bot)
 class BotAdmin(admin.ModelAdmin):
@@ -448,19 +450,21 @@ TokenStatusFilter = two_way_filter(
     ("revoked", _("revoked"), lambda qs: qs.filter(revoked_at__isnull=False)),
 )
 
+
 class HashedTokenAdmin(admin.ModelAdmin):
     """Admin of one kind of `HashedToken` (bot API keys here, desktop tokens in interactions).
 
     A token is issued and revoked only through its audited service function; the raw value is
-    shown once, on an uncached page after "Save" (`issued_template`), and never again (only its
-    hash is stored). Every field is read-only after issue, and rows are revoked, never deleted,
+    shown once, on an uncached page after "Save" (`issued_template`, one for every kind), and
+    never again (only its hash is stored). Every field is read-only after issue, and rows are revoked, never deleted,
     so the audit trail keeps them.
 
-    Subclasses set `issue_form`, `issue_fields`, `detail_fields`, `issued_template`,
-    `issued_title`, `revoked_message` (`%(token)s`), `revoked_count_message`
-    (`ngettext_lazy(…, "n")`) and implement `issue(request, obj) -> (raw, token)`,
-    `revoke(request, token)`, `token_prefix(token) -> str` and, for the template,
-    `issued_context(request, raw, token) -> dict`.
+    Subclasses set `issue_form`, `issue_fields`, `detail_fields`, `issued_title`,
+    `issued_texts` (the issued page's wording for this kind, see below), `revoked_message`
+    (`%(token)s`), `revoked_count_message` (`ngettext_lazy(…, "n")`) and implement
+    `issue(request, obj) -> (raw, token)`, `revoke(request, token)`,
+    `token_prefix(token) -> str` and `issued_usage(request, token) -> str` (safe HTML: how the
+    token is used).
     """
 
     list_filter = [TokenStatusFilter, "bot", "created_at"]
@@ -470,8 +474,12 @@ class HashedTokenAdmin(admin.ModelAdmin):
     issue_form = None
     issue_fields: list[str] = []
     detail_fields: list[str] = []
-    issued_template = ""
+    issued_template = "admin/botadmin/issued_token.html"
     issued_title = ""
+    #: The issued page's wording: `copy_now` (the warning that it is shown once), `raw_label`
+    #: (the label of the raw value), `token_link` (the link to the token's page, with
+    #: `%(prefix)s`) and `back` (the link back to the list); lazy translations.
+    issued_texts: dict[str, str] = {}
     revoked_message = ""
     revoked_count_message = ""
     #: Fields the service fills in that the admin's unsaved `obj` must take over.
@@ -486,8 +494,8 @@ class HashedTokenAdmin(admin.ModelAdmin):
     def token_prefix(self, token) -> str:
         raise NotImplementedError
 
-    def issued_context(self, request, raw, token) -> dict:
-        return {}
+    def issued_usage(self, request, token) -> str:
+        raise NotImplementedError
 
     def get_form(self, request, obj=None, **kwargs):
         if obj is None:
@@ -528,7 +536,14 @@ class HashedTokenAdmin(admin.ModelAdmin):
             "changelist_url": reverse(
                 f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist"
             ),
-            **self.issued_context(request, raw, token),
+            "raw": raw,
+            "token": token,
+            "token_url": reverse(
+                f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[token.pk]
+            ),
+            "token_link": self.issued_texts["token_link"] % {"prefix": self.token_prefix(token)},
+            "texts": self.issued_texts,
+            "usage": self.issued_usage(request, token),
         }
         # The only page that ever shows a raw token: never cached by the browser.
         response = TemplateResponse(request, self.issued_template, context)
@@ -563,8 +578,16 @@ class BotApiKeyAdmin(HashedTokenAdmin):
     issue_form = ApiKeyIssueForm
     issue_fields = ["bot", "label"]
     detail_fields = ["prefix", "bot", "label", "status", "created_at", "created_by", "last_used_at"]
-    issued_template = "admin/botadmin/botapikey/issued.html"
     issued_title = _("API key issued")
+    issued_texts = {
+        "copy_now": _(
+            "Copy the key now. It is shown only this once: Cardloop keeps only its hash and "
+            "cannot show it again."
+        ),
+        "raw_label": _("API key"),
+        "token_link": _("Key %(prefix)s (revoke it there)"),
+        "back": _("Back to API keys"),
+    }
     revoked_message = _("Key %(token)s revoked; it no longer authenticates.")
     revoked_count_message = ngettext_lazy("%(n)d key revoked.", "%(n)d keys revoked.", "n")
 
@@ -581,8 +604,10 @@ class BotApiKeyAdmin(HashedTokenAdmin):
     def revoke(self, request, token) -> None:
         services.revoke_api_key(request.user, token)
 
-    def issued_context(self, request, raw, token) -> dict:
-        return {"issued": [{"raw": raw, "key": token, "prefix": services.key_prefix(token)}]}
+    def issued_usage(self, request, token) -> str:
+        return mark_safe(  # noqa: S308 - our own translated text, no values in it
+            gettext("The bot backend sends it as <code>Authorization: Bearer &lt;key&gt;</code>.")
+        )
 
 
 # ---------------------------------------------------------------------------------------------

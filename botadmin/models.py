@@ -1,4 +1,4 @@
-"""Teams, bots, chats, policy layers, keys, tokens, webhook destinations and the audit log.
+"""Teams, bots, chats, policy layers, keys, tokens and the audit log.
 
 Policy layers are stored *partial* (only the keys a layer sets) in JSON columns; their schema
 and the resolver live in `botadmin.policy` (pure functions). Secrets never live in a column:
@@ -18,6 +18,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from plumbing.secretstore import read_secret
 
 
 class Team(models.Model):
@@ -197,8 +199,6 @@ class Bot(models.Model):
 
     def secret(self, name: str) -> str:
         """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
-        from plumbing.secretstore import read_secret
-
         return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
 
     def has_secret(self, name: str) -> bool:
@@ -359,62 +359,6 @@ class DesktopToken(HashedToken):
     def __str__(self) -> str:
         # Never the open_id: this string lands in audit entries and admin messages.
         return f"cdt_{self.lookup}_…" + (f" ({self.label})" if self.label else "")
-
-
-# ---------------------------------------------------------------------------------------------
-# Webhook destinations
-# ---------------------------------------------------------------------------------------------
-
-
-class WebhookDestination(models.Model):
-    """An outbound webhook target. The set that applies is frozen on each delivery at send time.
-
-    Assignment: a destination with no teams and no bots receives events of every bot; otherwise
-    events whose bot is one of `bots` or whose team is one of `teams`.
-    """
-
-    EVENT_TYPES: ClassVar[list[tuple[str, str]]] = [
-        ("turn.completed", "turn.completed"),
-        ("feedback.revised", "feedback.revised"),
-        ("interaction.resolved", "interaction.resolved"),
-    ]
-
-    name = models.CharField(_("name"), max_length=100, unique=True)
-    url = models.URLField(_("URL"), max_length=2000)
-    enabled = models.BooleanField(_("enabled"), default=True)
-    event_types = models.JSONField(_("event types"), default=list)
-    timeout_ms = models.PositiveIntegerField(
-        _("timeout (ms)"), default=10_000, help_text=_("100–30000 ms per attempt.")
-    )
-    include_comment = models.BooleanField(
-        _("include comment text"),
-        default=False,
-        help_text=_("Send feedback comment text in feedback.revised. Off by default."),
-    )
-    secret_ref = models.CharField(_("secret ref"), max_length=80, blank=True, editable=False)
-    previous_secret_ref = models.CharField(
-        _("previous secret ref"), max_length=80, blank=True, editable=False
-    )
-    previous_secret_expires_at = models.DateTimeField(
-        _("previous secret expires at"), null=True, blank=True, editable=False
-    )
-    teams = models.ManyToManyField(
-        Team, blank=True, related_name="webhook_destinations", verbose_name=_("teams")
-    )
-    bots = models.ManyToManyField(
-        Bot, blank=True, related_name="webhook_destinations", verbose_name=_("bots")
-    )
-    disabled_reason = models.CharField(_("disabled reason"), max_length=200, blank=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-        verbose_name = _("webhook destination")
-        verbose_name_plural = _("webhook destinations")
-
-    def __str__(self) -> str:
-        return self.name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Feedback policy layers: schema, validation and the resolver. Pure functions, no ORM.
 
 A *layer* is a partial policy stored on a team, a bot or a (bot, chat) pair; it holds only the
-fields that layer sets (snake_case JSON, DESIGN §3):
+fields that layer sets (snake_case JSON):
 
 ```
 {"enabled": bool,
@@ -14,15 +14,15 @@ fields that layer sets (snake_case JSON, DESIGN §3):
  "reviewers": ["ou_…", …]}                                        # ≤50, iff audience=reviewers
 ```
 
-Rules and defaults come from the reference system (botmux `feedback-policy.ts` and
-`feedback-policy-resolver.ts`, see research/botmux.md §A.2–A.3) and DESIGN §3:
+Rules and defaults:
 
 - `validate_layer()` accepts arbitrary JSON and returns the layer unchanged (a deep copy) or
   raises `PolicyError` with every problem as a `(path, message)` pair such as
   `("buttons[2].key", "must match [a-z0-9_-]+")`. It never raises anything else. Layers are never
   filled with defaults (a saved partial layer reloads partial). A layer that sets
   `visible_semantics`, `buttons`, `negative_followup`, `audience` or `reviewers` must also be
-  consistent once merged onto the defaults (botmux quirk, kept on purpose).
+  consistent once merged onto the defaults (so a layer that only makes sense with other
+  layers is refused when saved, not when a card is sent).
 - `resolve()` merges defaults < team < bot < chat: arrays replace whole, the fields of
   `negative_followup.comment` merge one by one, the last `enabled` wins, `api_only` means off, a
   chat bound to two teams fails closed (`ambiguous_team`). It returns a `Resolution` with the
@@ -41,7 +41,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 # ---------------------------------------------------------------------------------------------
-# Schema constants (DESIGN §3; botmux §A.2)
+# Schema constants
 # ---------------------------------------------------------------------------------------------
 
 SEMANTICS: tuple[str, ...] = ("positive", "progress", "negative")
@@ -134,12 +134,12 @@ _DEFAULT_POLICY: dict[str, Any] = {
 
 
 def default_policy() -> dict[str, Any]:
-    """A fresh deep copy of the built-in policy (feedback off; botmux defaults)."""
+    """A fresh deep copy of the built-in policy (feedback off)."""
     return copy.deepcopy(_DEFAULT_POLICY)
 
 
 def default_style(semantic: str) -> str:
-    """The style of a button that sets none: `primary` for positive, else `default` (botmux)."""
+    """The style of a button that sets none: `primary` for positive, else `default`."""
     return "primary" if semantic == "positive" else "default"
 
 
@@ -417,7 +417,7 @@ def check_consistency(
 ) -> list[tuple[str, str]]:
     """Cross-field problems of a *full* policy (defaults already merged in).
 
-    Rules (botmux §A.2, DESIGN §3): each visible semantic has ≥1 button; no button uses a hidden
+    Rules: each visible semantic has ≥1 button; no button uses a hidden
     semantic; reasons only when negative is visible; a required comment must be enabled;
     `audience` `reviewers` needs ≥1 reviewer and a reviewer list needs that audience.
 

@@ -1,4 +1,5 @@
-"""System checks for Cardloop's configuration (ids are stable; tested in tests/test_checks.py).
+"""System checks for Cardloop's configuration (ids are stable; tested in
+`botadmin/tests/test_probes_and_checks.py`).
 
 - `cardloop.E001`: DEBUG is off and DJANGO_SECRET_KEY is missing, the development key, or weak.
 - `cardloop.E002`: CARDLOOP_REPORT_TZ is not a known IANA time zone.

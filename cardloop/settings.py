@@ -1,7 +1,7 @@
 """Cardloop settings, read from the environment (and an optional `.env`) with django-environ.
 
-Every variable is listed in the README's configuration table and in DESIGN §4. Infrastructure
-lives here; feedback policy lives in the database and is edited in the admin.
+Every variable is listed in the README's configuration table. Infrastructure lives here;
+feedback policy lives in the database and is edited in the admin.
 
 Embedded default: SQLite in `var/` (WAL, busy timeout, immediate transactions) and the
 in-memory channel layer, so a fresh clone runs with nothing else installed. At scale:
@@ -151,7 +151,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # ---------------------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
 #: Messages one channel (one WebSocket consumer) may hold before sends to it are dropped (the
-#: ASGI spec drops group sends silently past capacity, B15). A question panel receives a few
+#: ASGI spec drops group sends silently past capacity, so nothing may depend on them). A question panel receives a few
 #: messages per ask; correctness never depends on delivery (panels resync with the database).
 CHANNEL_CAPACITY = env.int("CARDLOOP_CHANNEL_CAPACITY", default=1000)
 if REDIS_URL:
@@ -297,7 +297,7 @@ CARDLOOP_ASK_TIMEOUT = env.int("CARDLOOP_ASK_TIMEOUT", default=15 * 60)
 #: Question panels (`/ws/panel/`, interactions.panels.timing): seconds between presence refreshes of
 #: a process's live panels, seconds after which an unrefreshed presence counts as gone (a
 #: process that died), and seconds between each panel's resync with the database (missed or
-#: dropped channel-layer pushes are repaired then, B15/B17).
+#: dropped channel-layer pushes, and pushes that raced a reconnect, are repaired then).
 CARDLOOP_PANEL_HEARTBEAT = env.float("CARDLOOP_PANEL_HEARTBEAT", default=20.0)
 CARDLOOP_PANEL_PRESENCE_TTL = env.float("CARDLOOP_PANEL_PRESENCE_TTL", default=60.0)
 CARDLOOP_PANEL_RESYNC = env.float("CARDLOOP_PANEL_RESYNC", default=60.0)

@@ -11,6 +11,7 @@ not displayed.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -23,10 +24,17 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.models import WebhookDestination
 from feedback import destinations, outbox, webhooks
-from feedback.events import FEED_TYPES
-from feedback.models import Delivery, Event, OutboxItem, Revision, WebhookAttempt, WorkerTerminal
+from feedback.envelopes import FEED_TYPES
+from feedback.models import (
+    Delivery,
+    Event,
+    OutboxItem,
+    Revision,
+    WebhookAttempt,
+    WebhookDestination,
+    WorkerTerminal,
+)
 from plumbing.admin import ReadOnlyAdmin
 from plumbing.workqueue import WorkStatus
 
@@ -268,7 +276,7 @@ class WebhookDestinationAdmin(admin.ModelAdmin):
             "title": gettext("Copy the signing secret now"),
             "destination": obj,
             "secret": secret,
-            "continue_url": reverse("admin:botadmin_webhookdestination_change", args=[obj.pk]),
+            "continue_url": reverse("admin:feedback_webhookdestination_change", args=[obj.pk]),
         }
         response = TemplateResponse(request, "admin/feedback/secret_once.html", context)
         response["Cache-Control"] = "no-store"
@@ -588,8 +596,6 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("policy snapshot"))
     def snapshot_display(self, obj):
-        import json
-
         return format_html(
             "<pre style='white-space: pre-wrap'>{}</pre>",
             json.dumps(obj.policy_snapshot, ensure_ascii=False, indent=2),

@@ -14,6 +14,8 @@ class FeedbackConfig(AppConfig):
     verbose_name = _("Feedback")
 
     def ready(self) -> None:
+        # Here, not at the top: these modules import models, which Django allows only once
+        # the app registry is ready (the usual `AppConfig.ready` pattern).
         from feedback import events, revisions
         from interactions import events as interaction_events
         from interactions.callbacks import registry

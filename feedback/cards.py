@@ -19,9 +19,11 @@ fb_footer   markdown   "由 Cardloop 记录反馈"
 ```
 
 `rev` is the revision id of the delivery's current revision ("" before the first one): the
-stale-click guard of `feedback.revisions` refuses a click made on an older state (DESIGN §3).
-Rules from research/feishu.md §5 and failure modes B10 (values in `behaviors`), B12/B13 (2.0,
-`update_multi`). The comment text is never rendered (DESIGN §3). Input `max_length` is left
+stale-click guard of `feedback.revisions` refuses a click made on an older state.
+Feishu's rules for Card JSON 2.0: a button's callback value goes in its `behaviors` (a 2.0
+button has no top-level `value`), and a card is updatable for every viewer only with
+`config.update_multi: true`; the callback answer is a toast only, the card is updated after it.
+The comment text is never rendered. Input `max_length` is left
 out on purpose (Feishu caps it at 1000; the policy allows 2000): the server checks length.
 """
 
@@ -88,7 +90,7 @@ class Choice:
 
 def content_hash(card: Any) -> str:
     """`sha256:<64 hex>` of the canonical JSON of `card` (sorted keys, compact, UTF-8): what a
-    delivery keeps instead of the answer (DESIGN §3)."""
+    delivery keeps instead of the answer (the answer body is never stored)."""
     canonical = json.dumps(card, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -319,7 +321,7 @@ def reserved_problems(card: dict[str, Any]) -> list[str]:
 
 def compose(card: dict[str, Any], area: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
     """The card to send: a deep copy of the caller's `card` with `config.update_multi: true`
-    (shared card, updatable; B13) and `area` (from `feedback_area`, or None for no feedback)
+    (a shared card, which CardKit can update for every viewer) and `area` (from `feedback_area`, or None for no feedback)
     appended to `body.elements`. Raises `ReservedIds` when the caller's card uses `fb_` ids."""
     problems = reserved_problems(card)
     if problems:

@@ -1,7 +1,7 @@
 """Deliveries: a final answer handed over by the bot backend, sent (or registered) with
 Cardloop's feedback area. The one entry point is `deliver()` (API and `manage.py send_card`).
 
-Steps of `deliver(bot, request)` (DESIGN §3–4, issue 3 part 3):
+Steps of `deliver(bot, request)`:
 
 1. **Retry first.** A delivery is identified by (bot, session_id, turn_id, native_session_id,
    dispatch_attempt, discriminator) when session and turn are given (database constraint
@@ -62,7 +62,7 @@ from interactions.models import CardEntity
 
 log = logging.getLogger(__name__)
 
-#: Run-time metadata a delivery keeps (analytics dimensions, frozen at send; DESIGN §4).
+#: Run-time metadata a delivery keeps (analytics dimensions, frozen at send).
 METADATA_FIELDS: tuple[str, ...] = (
     "model",
     "cli_id",
@@ -396,6 +396,7 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
 
 def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any] | None) -> None:
     """Network part: send or register, then `_mark_sent`; `_mark_failed` + SendFailed on error."""
+    # local for start-up cost: the client loads lark-oapi (~4-6 s); only a send needs it
     from interactions.lark.client import LarkApiError
 
     bot = delivery.bot
@@ -482,6 +483,7 @@ def _write_whole_card(entity: CardEntity, card: dict[str, Any]) -> None:
     """Replace a registered CardKit entity's content with `card` now (two-phase send), with
     the card's next sequence. Done in the request, not through the card-update queue, so the
     answer body is never written to a queue row."""
+    # local for start-up cost: the client loads lark-oapi (~4-6 s); only a send needs it
     from interactions.lark.client import gateway_for
 
     with transaction.atomic():

@@ -19,9 +19,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from botadmin import audit
-from botadmin.models import WebhookDestination
 from feedback import webhooks
-from feedback.events import FEED_TYPES
+from feedback.envelopes import FEED_TYPES
+from feedback.models import WebhookDestination
 from plumbing.secretstore import delete_secret, read_secret, write_secret
 
 #: Grace period of a rotated secret unless the operator chooses another one.

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from botadmin.auth import BotPrincipal, IsBot, IsBotOrStaff
 from feedback import events, terminals
+from feedback.envelopes import FEED_TYPES
 from feedback.models import WorkerTerminal
 from plumbing.api import ApiError
 
@@ -125,11 +126,11 @@ class FeedQuerySerializer(serializers.Serializer):
 
     def validate_types(self, value):
         names = [t.strip() for t in (value or "").split(",") if t.strip()]
-        unknown = [t for t in names if t not in events.FEED_TYPES]
+        unknown = [t for t in names if t not in FEED_TYPES]
         if unknown:
             raise serializers.ValidationError(
                 _("Unknown event type(s): %(types)s. Known: %(known)s.")
-                % {"types": ", ".join(unknown), "known": ", ".join(events.FEED_TYPES)}
+                % {"types": ", ".join(unknown), "known": ", ".join(FEED_TYPES)}
             )
         return names
 

@@ -21,30 +21,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Case, Max, Value, When
 from django.utils import timezone
 
+from feedback.envelopes import PRIVATE_FIELDS, envelope, rfc3339, serialize, stable_event_id
 from feedback.models import Event
-from plumbing.db.rows import insert_row
-
-#: Private data keys accepted by `emit(private=…)` → the `WebhookDestination` flag that opts a
-#: destination in. Private values never reach `Event.body` or the feed.
-PRIVATE_FIELDS: dict[str, str] = {"comment": "include_comment"}
-
-#: Event types of the public feed (and of webhook subscriptions).
-FEED_TYPES: tuple[str, ...] = (
-    Event.Type.TURN_COMPLETED,
-    Event.Type.FEEDBACK_REVISED,
-    Event.Type.INTERACTION_RESOLVED,
-)
+from feedback.outbox import fan_out
 
 
 class NotInTransaction(RuntimeError):
@@ -60,32 +49,6 @@ def require_transaction(what: str) -> None:
     """Raise NotInTransaction unless the default connection is inside `atomic()`."""
     if not transaction.get_connection().in_atomic_block:
         raise NotInTransaction(f"{what} must run inside transaction.atomic()")
-
-
-def stable_event_id(*parts: Any) -> str:
-    """`evt_` + the first 32 hex chars of sha256 over the JSON array of `parts`: the same fact
-    always gets the same id, so a replayed write cannot create a second event."""
-    digest = hashlib.sha256(
-        json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"), default=str).encode()
-    ).hexdigest()
-    return f"evt_{digest[:32]}"
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    """`2025-03-01T15:59:59.123Z` (UTC, milliseconds), or None."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def envelope(event_id: str, type_: str, time: datetime, data: dict[str, Any]) -> dict[str, Any]:
-    """The event envelope as a dict (`time` in RFC 3339 UTC with milliseconds)."""
-    return {"id": event_id, "type": type_, "version": 1, "time": rfc3339(time), "data": data}
-
-
-def serialize(body: dict[str, Any]) -> str:
-    """Canonical JSON text of an envelope (UTF-8, compact, keys in insertion order)."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
 def emit(
@@ -141,7 +104,7 @@ def emit(
         created_at=time,
     )
     if fresh_id:
-        event = insert_row(Event(**fields))
+        event = Event.objects.insert(Event(**fields))
     else:
         try:
             with transaction.atomic():
@@ -151,8 +114,6 @@ def emit(
             if found is None:
                 raise
             return found, False
-    from feedback.outbox import fan_out
-
     fan_out(event, body, destination_ids=destination_ids, private=private)
     return event, True
 
@@ -173,7 +134,6 @@ def turn_completed_data(delivery) -> dict[str, Any]:
     completed_at, content_hash, platform_message_id. When known: native_session_id,
     discriminator, card_id, chat_id, topic_id, duration_ms, usage, cli_id, cli_version, model,
     reasoning_effort, skill_name, skill_version, workflow_id, task_id, parent_task_id.
-    Source: research/botmux.md §A.8 "Payload".
     """
     always = {
         "delivery_id": delivery.delivery_id,
@@ -275,8 +235,6 @@ def emit_feedback_revised(revision) -> tuple[Event, bool]:
 # ---------------------------------------------------------------------------------------------
 
 _CURSOR_TAG = "e2"
-#: Arbitrary constant naming the feed sequencer's PostgreSQL advisory lock.
-_SEQUENCER_LOCK = 0x6361726466656564  # "cardfeed"
 
 
 def sequence_events(*, batch: int = 1000, max_batches: int = 20) -> int:
@@ -290,9 +248,7 @@ def sequence_events(*, batch: int = 1000, max_batches: int = 20) -> int:
     total = 0
     for _ in range(max_batches):
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", [_SEQUENCER_LOCK])
+            Event.objects.lock_sequencer()
             pks = list(Event.objects.unsequenced().values_list("pk", flat=True)[:batch])
             if not pks:
                 break

@@ -34,6 +34,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,10 +45,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from botadmin.models import Bot, Team, WebhookDestination
+from botadmin import audit
+from botadmin.models import Bot, Team
 from feedback import destinations as destinations_service
 from feedback import webhooks
-from feedback.models import Event, OutboxItem, WebhookAttempt
+from feedback.envelopes import PRIVATE_FIELDS, envelope, serialize, stable_event_id, with_private
+from feedback.models import Event, OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.webhooks import AttemptResult, Outcome, WebhookRequest
 from plumbing.workqueue import (
     WorkStatus,
@@ -107,11 +110,9 @@ def fan_out(
     `body`: the event's envelope (dict) as stored in `event.body`. `destination_ids`: the
     frozen set (None = `effective_destinations(event.bot, event.team)`). Of that set, only
     destinations that are enabled now and subscribed to `event.type` get a row. `private`
-    fields are merged into `data` for destinations whose opt-in flag (events.PRIVATE_FIELDS)
+    fields are merged into `data` for destinations whose opt-in flag (envelopes.PRIVATE_FIELDS)
     is on; each distinct body is serialized once. Runs inside the event's transaction.
     """
-    from feedback.events import PRIVATE_FIELDS, serialize
-
     if destination_ids is None:
         destination_ids = effective_destinations(event.bot, event.team)
     if not destination_ids:
@@ -125,9 +126,7 @@ def fan_out(
             continue
         opted = tuple(k for k in sorted(private) if getattr(destination, PRIVATE_FIELDS[k]))
         if opted not in variants:
-            variant = dict(body)
-            variant["data"] = {**body["data"], **{k: private[k] for k in opted}}
-            variants[opted] = serialize(variant)
+            variants[opted] = with_private(body, private, opted)
         rows.append(
             OutboxItem(
                 event=event,
@@ -151,7 +150,8 @@ def backoff_delay(attempts: int, *, retry_after_s: float | None, rng: random.Ran
 
     Full jitter: uniform(0, min(cap 300 s, base 1 s × 2^(attempts−1))); a Retry-After value is
     a floor the jitter never goes below: max(jitter, retry_after_s). Sources: AWS
-    "Exponential Backoff And Jitter"; failure-modes B20 (svix#2203).
+    "Exponential Backoff And Jitter"; a receiver that asks for a pause with Retry-After gets at
+    least that pause, jitter never undercuts it (svix#2203).
     """
     ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(max(attempts, 1) - 1, 30))
     delay = rng.uniform(0, ceiling)
@@ -491,8 +491,6 @@ class OutboxWorker:
 def requeue(items: Iterable[OutboxItem], *, actor: Any, now: datetime | None = None) -> int:
     """Put dead or failed rows back to pending, due now, with a fresh attempt budget
     (attempts = 0). Audited per destination (`outbox.requeued`). Returns how many rows."""
-    from botadmin import audit
-
     now = now or timezone.now()
     pks = [i.pk for i in items]
     with transaction.atomic():
@@ -529,11 +527,6 @@ def send_test_event(
     (admin action). The event (kept out of the feed), its outbox row and the attempt log are
     stored like any other; the row ends `done` or `failed` (never retried). Audited
     (`webhook_destination.test_sent`). Returns the row and the attempt's result."""
-    import uuid
-
-    from botadmin import audit
-    from feedback.events import envelope, serialize, stable_event_id
-
     now = timezone.now()
     with transaction.atomic():
         event_id = stable_event_id("webhook.test", destination.pk, uuid.uuid4().hex)

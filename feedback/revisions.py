@@ -1,4 +1,4 @@
-"""Clicks on the feedback area → immutable revisions (DESIGN §3 "Feedback on a click").
+"""Clicks on the feedback area → immutable revisions.
 
 Card-action handlers `feedback` and `feedback_detail` (registered from
 `FeedbackConfig.ready()`) call the two state changes here:
@@ -18,7 +18,7 @@ serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
    up there, never taken from the client;
 4. `callback_key` = sha256 of (delivery, operator, kind, key, reason, comment, rev): a repeat
    of the same click on the same card state (a second event_id, a concurrent double click)
-   finds the stored revision and answers exactly as the first one did (B06); racing clicks
+   finds the stored revision and answers exactly as the first one did; racing clicks
    queue on the delivery's row lock, so the later one finds the first one's revision;
 5. stale-click guard: `rev` must be the delivery's current revision id ("" before any): a
    click made on an older card state gets a toast and a repaint, no write;
@@ -41,10 +41,11 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -54,7 +55,6 @@ from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
 from interactions.callbacks import registry
 from interactions.cardqueue import service as cards
-from plumbing.db.rows import insert_row, quoted_table
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ def callback_key(
     rev: str = "",
 ) -> str:
     """`cb_` + 64 hex: sha256 of the click's content and the card state (`rev`) it was made on.
-    Equal for repeats of one click; different after the card moved on (botmux §A.5)."""
+    Equal for repeats of one click; different after the card moved on, so the same button
+    pressed again on a newer card state is a new click."""
     parts = [delivery_id, operator, kind, key, reason, comment, rev]
     digest = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
     return f"cb_{digest}"
@@ -155,33 +156,17 @@ def _not_allowed_message(snapshot: dict[str, Any]):
 
 
 def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
-    """The delivery row of `bot`, locked, if the click came from its message, with its
-    current revision read after the lock (so a click that waited for the lock sees the
-    revision the previous click appended).
-
-    The lock is one hand-written statement (`SELECT … FOR UPDATE` on PostgreSQL; SQLite has
-    one writer at a time): built by the ORM it cost about 0.6 ms of CPU on every click."""
+    """The delivery row of `bot`, locked (`Delivery.objects.lock_for_click`), if the click came
+    from its message and feedback was shown on it, with its current revision read after the
+    lock (so a click that waited for the lock sees the revision the previous click appended)."""
     if not isinstance(delivery_id, str) or not delivery_id:
         return None
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    table = quoted_table(Delivery)
-    delivery = next(
-        iter(
-            Delivery.objects.raw(
-                f"SELECT * FROM {table} WHERE bot_id = %s AND delivery_id = %s "  # noqa: S608
-                f"LIMIT 1{lock}",
-                [bot.pk, delivery_id],
-            )
-        ),
-        None,
-    )
+    delivery = Delivery.objects.lock_for_click(bot, delivery_id)
     if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
         return None
     delivery.bot = bot  # the row was selected by this bot: no second query for it
     if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
         return None
-    # read after the lock: PostgreSQL re-checks a row it waited for but would not re-read
-    # a join (EvalPlanQual), so the revision is never joined into the locking statement
     delivery.current_revision = (
         Revision.objects.get(pk=delivery.current_revision_id)
         if delivery.current_revision_id
@@ -224,7 +209,8 @@ def _current_rev(delivery: Delivery) -> str:
 def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
-    and leaves the card as it is: the fact is recorded and the answer stays a toast (B12)."""
+    and leaves the card as it is: the fact is recorded and the answer stays a toast (a click
+    is never lost to a card Feishu would refuse)."""
     if not delivery.card_id:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
         return
@@ -233,7 +219,7 @@ def repaint(delivery: Delivery) -> None:
         area = feedback_cards.feedback_area(
             delivery.policy_snapshot or {}, delivery.delivery_id, feedback_cards.Choice.of(current)
         )
-    except Exception:  # noqa: BLE001 - a renderer bug must not lose the click (B12)
+    except Exception:  # noqa: BLE001 - a renderer bug must not lose the click
         log.exception("delivery %s: rendering the feedback area failed", delivery.delivery_id)
         return
     if cards.enqueue_elements_for_card_id(delivery.bot, delivery.card_id, area) is None:
@@ -253,12 +239,12 @@ def _append(
 ) -> Revision:
     """Insert revision n+1 of `operator`'s chain (caller's transaction, delivery row locked).
 
-    No savepoint: every writer of a delivery's revisions holds its row lock (`_find`, SELECT …
-    FOR UPDATE; SQLite has one writer anyway) and has already looked up the callback key and
+    No savepoint: every writer of a delivery's revisions holds its row lock (`_find`; SQLite
+    has one writer anyway) and has already looked up the callback key and
     the chain under it, so the unique columns (`callback_key`; delivery, operator, revision)
     cannot be taken by a concurrent click. If they were, IntegrityError rolls the whole click
     back and the dispatcher answers an error toast — nothing half-written."""
-    return insert_row(
+    return Revision.objects.insert(
         Revision(
             revision_id=f"fb_{uuid.uuid4().hex}",
             delivery=delivery,
@@ -277,44 +263,11 @@ def _append(
 
 
 def _move_forward(delivery: Delivery, revision: Revision) -> None:
-    """LatestFeedback, Delivery.current_revision, the event and the card update of a new
-    revision (caller's transaction)."""
-    # the first revision of an operator has no LatestFeedback row yet: insert without looking
-    updated = revision.supersedes_id is not None and LatestFeedback.objects.filter(
-        delivery=delivery, operator_open_id=revision.operator_open_id
-    ).update(
-        revision=revision,
-        semantic=revision.semantic,
-        verdict_key=revision.verdict_key,
-        reason_key=revision.reason_key,
-        updated_at=revision.created_at,
-    )
-    if not updated:
-        insert_row(
-            LatestFeedback(
-                delivery=delivery,
-                operator_open_id=revision.operator_open_id,
-                revision=revision,
-                semantic=revision.semantic,
-                verdict_key=revision.verdict_key,
-                reason_key=revision.reason_key,
-                updated_at=revision.created_at,
-            )
-        )
-    delivery.current_revision = revision
-    delivery.updated_at = timezone.now()
-    # = delivery.save(update_fields=["current_revision", "updated_at"]), hand-written: on
-    # every click, and the ORM's UPDATE took more CPU than the statement
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quoted_table(Delivery)} "  # noqa: S608
-            "SET current_revision_id = %s, updated_at = %s WHERE id = %s",
-            [
-                revision.pk,
-                connection.ops.adapt_datetimefield_value(delivery.updated_at),
-                delivery.pk,
-            ],
-        )
+    """A new revision becomes the operator's latest feedback and the delivery's current
+    revision; its `feedback.revised` event and the card's repaint are queued (caller's
+    transaction)."""
+    LatestFeedback.objects.move_to(revision)
+    Delivery.objects.set_current_revision(delivery, revision)
     emit_feedback_revised(revision)
     repaint(delivery)
 
@@ -335,6 +288,109 @@ def _locked_for_operator(
     return delivery, None
 
 
+@dataclass(frozen=True)
+class _Click:
+    """A click that passed the guard both revision writes share: its locked delivery, the
+    delivery's policy snapshot, the click's content (`parts`: the callback-key fields), its
+    callback key, and the operator's latest revision (None before their first)."""
+
+    delivery: Delivery
+    snapshot: dict[str, Any]
+    parts: dict[str, str]
+    key: str
+    previous: Revision | None
+
+
+def _guard(
+    bot,
+    kind: str,
+    *,
+    delivery_id: str,
+    operator_open_id: str,
+    rev: str,
+    open_message_id: str,
+    open_chat_id: str,
+    content: Callable[[dict[str, Any]], dict[str, str] | Outcome],
+) -> _Click | Outcome:
+    """Rules 1–5 of the module docstring, in order, for a click of `kind` (`feedback` or
+    `feedback_detail`); call inside the click's transaction.
+
+    Locks the delivery and checks the operator (rules 1–2); `content(snapshot)` checks what
+    was clicked against the policy snapshot (rule 3) and returns a refusal `Outcome` or the
+    click's callback-key fields (`key`, or `reason` and `comment`). Then a repeat of a stored
+    click gets that click's answer (DUPLICATE), and a click made on an older card state gets
+    a repaint and a STALE toast (rules 4–5). Returns the `_Click` to write, or the `Outcome`
+    that answers it without a write.
+    """
+    delivery, refused = _locked_for_operator(
+        bot, delivery_id, open_message_id, operator_open_id, open_chat_id
+    )
+    if refused is not None:
+        return refused
+    snapshot = delivery.policy_snapshot
+    parts = content(snapshot)
+    if isinstance(parts, Outcome):
+        return parts
+    rev = rev if isinstance(rev, str) else ""
+    key = callback_key(delivery_id, operator_open_id, kind, rev=rev, **parts)
+    known, previous = _known_and_latest(delivery, operator_open_id, key)
+    if known is not None:
+        return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
+    if rev != _current_rev(delivery):
+        repaint(delivery)
+        return Outcome(
+            STALE, _("This card was out of date; it has been refreshed. Please choose again.")
+        )
+    return _Click(delivery, snapshot, parts, key, previous)
+
+
+def _button(snapshot: dict[str, Any], verdict_key: str) -> dict[str, Any] | None:
+    """The snapshot's button with `verdict_key`, if it exists and its semantic is visible."""
+    button = next((b for b in snapshot.get("buttons") or [] if b.get("key") == verdict_key), None)
+    visible = snapshot.get("visible_semantics") or []
+    if button is None or (visible and button.get("semantic") not in visible):
+        return None
+    return button
+
+
+def _choice(snapshot: dict[str, Any], verdict_key: str) -> dict[str, str] | Outcome:
+    """The callback-key fields of a verdict click, or UNKNOWN_KEY for a key the snapshot does
+    not offer."""
+    if _button(snapshot, verdict_key) is None:
+        return Outcome(UNKNOWN_KEY, _("This option is no longer available."))
+    return {"key": verdict_key}
+
+
+def _details(snapshot: dict[str, Any], form_value: Any) -> dict[str, str] | Outcome:
+    """The callback-key fields of a follow-up form (`reason`, `comment`), or INVALID_DETAILS.
+
+    The reason must be one of the snapshot's reasons; the comment is trimmed, empty when the
+    policy turns comments off, and checked for required / max length (default 1000
+    characters); one of the two must be given. Unknown form keys are ignored."""
+    followup = snapshot.get("negative_followup") or {}
+    comment_policy = followup.get("comment") or {}
+    reasons = {r["key"] for r in followup.get("reasons") or []}
+    form = form_value if isinstance(form_value, dict) else {}
+    reason = form.get(feedback_cards.REASON_FIELD) or ""
+    if not isinstance(reason, str) or (reason and reason not in reasons):
+        return Outcome(INVALID_DETAILS, _("Please choose one of the listed reasons."))
+    comment = form.get(feedback_cards.COMMENT_FIELD) or ""
+    if not isinstance(comment, str):
+        return Outcome(INVALID_DETAILS, _("The comment must be text."))
+    comment = comment.strip() if comment_policy.get("enabled") else ""
+    max_length = int(comment_policy.get("max_length") or 1000)
+    if comment_policy.get("enabled") and comment_policy.get("required") and not comment:
+        return Outcome(INVALID_DETAILS, _("Please add a comment before submitting."))
+    if len(comment) > max_length:
+        return Outcome(
+            INVALID_DETAILS,
+            _Message(_("The comment is too long: at most %(max)d characters."), max=max_length),
+        )
+    if not reason and not comment:
+        return Outcome(INVALID_DETAILS, _("Choose a reason or add a comment."))
+    return {"reason": reason, "comment": comment}
+
+
 def record_choice(
     bot,
     *,
@@ -347,32 +403,26 @@ def record_choice(
 ) -> Outcome:
     """A verdict button click (see the module docstring for the rules, in order).
 
-    `rev`: the revision id the clicked card state carried ("" for the first state).
-    Returns an `Outcome`; never raises for bad input.
+    `bot`: the Bot whose callback this is; `operator_open_id`: from the verified callback;
+    `verdict_key`: the clicked button's key; `rev`: the revision id the clicked card state
+    carried ("" for the first state); `open_message_id` / `open_chat_id`: where the click came
+    from. Returns an `Outcome` (RECORDED with the new revision, or why nothing was written);
+    never raises for bad input.
     """
     with transaction.atomic():
-        delivery, refused = _locked_for_operator(
-            bot, delivery_id, open_message_id, operator_open_id, open_chat_id
+        click = _guard(
+            bot,
+            "feedback",
+            delivery_id=delivery_id,
+            operator_open_id=operator_open_id,
+            rev=rev,
+            open_message_id=open_message_id,
+            open_chat_id=open_chat_id,
+            content=lambda snapshot: _choice(snapshot, verdict_key),
         )
-        if refused is not None:
-            return refused
-        snapshot = delivery.policy_snapshot
-        button = next(
-            (b for b in snapshot.get("buttons") or [] if b.get("key") == verdict_key), None
-        )
-        visible = snapshot.get("visible_semantics") or []
-        if button is None or (visible and button.get("semantic") not in visible):
-            return Outcome(UNKNOWN_KEY, _("This option is no longer available."))
-        rev = rev if isinstance(rev, str) else ""
-        key = callback_key(delivery_id, operator_open_id, "feedback", key=verdict_key, rev=rev)
-        known, previous = _known_and_latest(delivery, operator_open_id, key)
-        if known is not None:
-            return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
-        if rev != _current_rev(delivery):
-            repaint(delivery)
-            return Outcome(
-                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
-            )
+        if isinstance(click, Outcome):
+            return click
+        snapshot, previous = click.snapshot, click.previous
         if previous is not None and previous.verdict_key == verdict_key:
             return Outcome(
                 UNCHANGED,
@@ -383,7 +433,7 @@ def record_choice(
                 previous,
             )
         if previous is not None and not snapshot.get("allow_reselect"):
-            repaint(delivery)
+            repaint(click.delivery)
             return Outcome(
                 LOCKED,
                 _Message(
@@ -393,19 +443,19 @@ def record_choice(
                 previous,
             )
         revision = _append(
-            delivery,
+            click.delivery,
             operator_open_id,
             verdict_key=verdict_key,
-            semantic=button["semantic"],
+            semantic=_button(snapshot, verdict_key)["semantic"],
             reason_key="",
             comment="",
-            key=key,
+            key=click.key,
             previous=previous,
         )
-        _move_forward(delivery, revision)
+        _move_forward(click.delivery, revision)
         log.info(
             "delivery %s: revision %s (%s, #%d)",
-            delivery.delivery_id,
+            click.delivery.delivery_id,
             revision.revision_id,
             revision.semantic,
             revision.revision,
@@ -425,78 +475,48 @@ def record_details(
 ) -> Outcome:
     """The negative follow-up form: reason key (from the snapshot only) and comment.
 
-    The operator's latest revision must be negative; the new revision keeps its verdict key
-    and supersedes it. Unknown form keys are ignored (B09). The comment is trimmed; empty
-    when the policy turns comments off; checked for required / max length. Returns an
+    `form_value`: `{"fb_reason": <reason key>, "fb_comment": <text>}` as submitted (checked by
+    `_details`); the other arguments as for `record_choice`. The operator's latest revision
+    must be negative; the new revision keeps its verdict key and supersedes it. Returns an
     `Outcome`; never raises for bad input.
     """
     with transaction.atomic():
-        delivery, refused = _locked_for_operator(
-            bot, delivery_id, open_message_id, operator_open_id, open_chat_id
-        )
-        if refused is not None:
-            return refused
-        snapshot = delivery.policy_snapshot
-        followup = snapshot.get("negative_followup") or {}
-        comment_policy = followup.get("comment") or {}
-        reasons = {r["key"] for r in followup.get("reasons") or []}
-        form = form_value if isinstance(form_value, dict) else {}
-        reason = form.get(feedback_cards.REASON_FIELD) or ""
-        if not isinstance(reason, str) or (reason and reason not in reasons):
-            return Outcome(INVALID_DETAILS, _("Please choose one of the listed reasons."))
-        comment = form.get(feedback_cards.COMMENT_FIELD) or ""
-        if not isinstance(comment, str):
-            return Outcome(INVALID_DETAILS, _("The comment must be text."))
-        comment = comment.strip() if comment_policy.get("enabled") else ""
-        max_length = int(comment_policy.get("max_length") or 1000)
-        if comment_policy.get("enabled") and comment_policy.get("required") and not comment:
-            return Outcome(INVALID_DETAILS, _("Please add a comment before submitting."))
-        if len(comment) > max_length:
-            return Outcome(
-                INVALID_DETAILS,
-                _Message(_("The comment is too long: at most %(max)d characters."), max=max_length),
-            )
-        if not reason and not comment:
-            return Outcome(INVALID_DETAILS, _("Choose a reason or add a comment."))
-        rev = rev if isinstance(rev, str) else ""
-        key = callback_key(
-            delivery_id,
-            operator_open_id,
+        click = _guard(
+            bot,
             "feedback_detail",
-            reason=reason,
-            comment=comment,
+            delivery_id=delivery_id,
+            operator_open_id=operator_open_id,
             rev=rev,
+            open_message_id=open_message_id,
+            open_chat_id=open_chat_id,
+            content=lambda snapshot: _details(snapshot, form_value),
         )
-        known, previous = _known_and_latest(delivery, operator_open_id, key)
-        if known is not None:
-            return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
-        if rev != _current_rev(delivery):
-            repaint(delivery)
-            return Outcome(
-                STALE, _("This card was out of date; it has been refreshed. Please choose again.")
-            )
+        if isinstance(click, Outcome):
+            return click
+        previous = click.previous
+        reason, comment = click.parts["reason"], click.parts["comment"]
         if previous is None or previous.semantic != "negative":
             return Outcome(NOT_NEGATIVE, _("Choose a negative verdict before adding details."))
         if previous.reason_key == reason and previous.comment == comment:
             return Outcome(UNCHANGED, _("Nothing changed."), previous)
         revision = _append(
-            delivery,
+            click.delivery,
             operator_open_id,
             verdict_key=previous.verdict_key,
             semantic=previous.semantic,
             reason_key=reason,
             comment=comment,
-            key=key,
+            key=click.key,
             previous=previous,
         )
-        _move_forward(delivery, revision)
+        _move_forward(click.delivery, revision)
         log.info(
             "delivery %s: revision %s with details (#%d)",
-            delivery.delivery_id,
+            click.delivery.delivery_id,
             revision.revision_id,
             revision.revision,
         )
-        return Outcome(RECORDED, _recorded_message(snapshot, revision), revision)
+        return Outcome(RECORDED, _recorded_message(click.snapshot, revision), revision)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Worker terminals and `turn.completed`: the agent runtime's "this turn ended" signal,
 reconciled with the deliveries of that turn in either arrival order.
 
-Rules (issue 4; research/botmux.md §A.8):
+Rules:
 - a terminal is keyed by (bot, session_id, turn_id, attempt) and has one status
   (completed / failed / cancelled / ambiguous); the same status again is an idempotent no-op,
   a different status raises TerminalConflict and changes nothing;
@@ -22,8 +22,6 @@ so two concurrent transactions cannot both miss each other.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,7 +30,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from botadmin.models import Bot
-from feedback.events import emit, require_transaction, stable_event_id, turn_completed_data
+from feedback.envelopes import stable_event_id
+from feedback.events import emit, require_transaction, turn_completed_data
 from feedback.models import Delivery, Event, WorkerTerminal
 
 
@@ -54,16 +53,6 @@ class TerminalResult:
     terminal: WorkerTerminal
     created: bool
     events: list[Event] = field(default_factory=list)
-
-
-def _lock_turn(bot_id: int, session_id: str, turn_id: str, attempt: int) -> None:
-    """Serialize writers of one turn until commit (PostgreSQL advisory transaction lock)."""
-    if connection.vendor != "postgresql":
-        return
-    key = json.dumps(["turn", bot_id, session_id, turn_id, attempt]).encode()
-    lock_id = int.from_bytes(hashlib.sha256(key).digest()[:8], "big", signed=True)
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id])
 
 
 def record_terminal(
@@ -89,7 +78,7 @@ def record_terminal(
         raise ValueError(f"unknown terminal status {status!r}")
     key = {"bot": bot, "session_id": session_id, "turn_id": turn_id, "attempt": attempt}
     with transaction.atomic():
-        _lock_turn(bot.pk, session_id, turn_id, attempt)
+        WorkerTerminal.objects.lock_turn(bot.pk, session_id, turn_id, attempt)
         terminal = WorkerTerminal.objects.filter(**key).first()
         created = False
         if terminal is None:
@@ -129,7 +118,9 @@ def reconcile_delivery(delivery: Delivery) -> Event | None:
     require_transaction("reconcile_delivery()")
     if not delivery.session_id or not delivery.turn_id:
         return None
-    _lock_turn(delivery.bot_id, delivery.session_id, delivery.turn_id, delivery.dispatch_attempt)
+    WorkerTerminal.objects.lock_turn(
+        delivery.bot_id, delivery.session_id, delivery.turn_id, delivery.dispatch_attempt
+    )
     terminal = WorkerTerminal.objects.filter(
         bot_id=delivery.bot_id,
         session_id=delivery.session_id,

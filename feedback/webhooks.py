@@ -1,7 +1,7 @@
 """Adapter for outbound webhooks: URL and address guard, Standard Webhooks signing, one HTTP
 attempt with httpx. The only module that talks to webhook receivers.
 
-Contract (DESIGN §4 "Outbound webhooks", https://www.standardwebhooks.com/):
+Contract (Standard Webhooks, https://www.standardwebhooks.com/):
 
 - `POST <url>` with the stored body bytes and headers `webhook-id` (= event id),
   `webhook-timestamp` (Unix seconds), `webhook-signature` (`v1,<base64 HMAC-SHA256>` over
@@ -9,9 +9,9 @@ Contract (DESIGN §4 "Outbound webhooks", https://www.standardwebhooks.com/):
   `webhook-event-type`, `content-type: application/json`.
 - Secrets are Standard Webhooks secrets: `whsec_` + base64 of 24–64 random bytes; the HMAC key
   is the decoded bytes.
-- SSRF guard on every attempt (failure-modes B21): https only, no userinfo, no fragment; the
-  host is resolved once (`resolve`, patchable in tests), and the attempt is refused as
-  `blocked_destination` if ANY address is loopback, private, link-local, CGNAT, multicast,
+- SSRF guard on every attempt (a receiver URL must never reach the service's own network):
+  https only, no userinfo, no fragment; the host is resolved once (`resolve`, patchable in
+  tests), and the attempt is refused as `blocked_destination` if ANY address is loopback, private, link-local, CGNAT, multicast,
   reserved, documentation, benchmarking, unspecified, unique-local or an IPv4-mapped / NAT64 /
   6to4 form of one. The connection then goes to a checked address with the Host header and TLS
   SNI kept as the hostname and the certificate verified against the hostname; there is no
@@ -148,7 +148,7 @@ def address_block_reason(ip: IP) -> str | None:
 
     IPv4-mapped (`::ffff:a.b.c.d`), NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`) addresses are
     judged by the IPv4 address they carry. Other IPv6 outside global unicast (2000::/3) is
-    `reserved`. Sources: RFC 6890 special-purpose registries, failure-modes B21.
+    `reserved`. Source: RFC 6890 special-purpose address registries.
     """
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.scope_id:
@@ -335,7 +335,8 @@ def signature_header(secrets: list[str], msg_id: str, timestamp: int, body: byte
 def verify_signature(secret: str, msg_id: str, timestamp: str, body: bytes, header: str) -> bool:
     """True when any `v1,` signature in `header` matches; never raises (missing, empty,
     non-ASCII, odd-length or otherwise malformed input is simply False). Constant-time
-    comparison (failure-modes B23). Does not check timestamp freshness."""
+    comparison (`hmac.compare_digest`, so timing does not leak how much of a guess matched).
+    Does not check timestamp freshness."""
     try:
         if not isinstance(header, str) or not header or not timestamp.isdigit():
             return False
@@ -356,8 +357,7 @@ def verify_signature(secret: str, msg_id: str, timestamp: str, body: bytes, head
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
     """Seconds to wait from a `Retry-After` value: delay-seconds or an HTTP date (relative to
     `now`), capped at one hour, never negative. None when absent; None and a warning in the
-    log when malformed (the normal backoff applies). Source: RFC 9110 §10.2.3, failure-modes
-    B20."""
+    log when malformed (the normal backoff applies). Source: RFC 9110 §10.2.3."""
     if value is None:
         return None
     text = value.strip()

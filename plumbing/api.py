@@ -14,6 +14,7 @@ from django.core.exceptions import DisallowedHost, RequestDataTooBig, Suspicious
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -106,9 +107,7 @@ def handler404(request, exception=None):
 def handler500(request):
     if _is_api(request):
         return json_error("server_error", "Internal error; it has been logged.", 500)
-    from django.views.defaults import server_error
-
-    return server_error(request)
+    return defaults.server_error(request)
 
 
 NUL_DETAIL = "The URL must not contain NUL (%00) characters."
@@ -190,6 +189,4 @@ def _is_api(request) -> bool:
 
 
 def _html_handler(name: str):
-    from django.views import defaults
-
     return {"404": defaults.page_not_found}[name]

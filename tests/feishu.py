@@ -7,10 +7,9 @@
     status, headers, answer = await feishu.apost_callback("cli_test_app", body, encrypt_key=EK)
     feishu.assert_valid_card(card)
 
-Fixtures in `tests/fixtures/feishu/` are copies of `../shared/fixtures/feishu/` (real-format
-bodies with placeholder ids: `cli_test_app`, `vt_test_token`, `ou_requester`, `om_final_card` …).
-The root `conftest.py` wraps these in fixtures: `lark_bot`, `lark_callback`, `lark_stub`,
-`register_card_handler`.
+Fixtures in `tests/fixtures/feishu/` are real-format Feishu bodies with placeholder ids
+(`cli_test_app`, `vt_test_token`, `ou_requester`, `om_final_card` …). The root `conftest.py`
+wraps these in fixtures: `lark_bot`, `lark_callback`, `lark_stub`, `register_card_handler`.
 """
 
 from __future__ import annotations
@@ -99,6 +98,9 @@ async def apost_callback(
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
     """Like `post_callback`, through the project's ASGI application (channels'
     `HttpCommunicator`): returns `(status, headers, JSON body)`."""
+    # local for start-up cost: importing the ASGI application builds the whole stack (the
+    # Feishu callback route with lark-oapi) and runs the system checks; only the tests that
+    # post through it pay for that
     from channels.testing import HttpCommunicator
 
     from cardloop.asgi import application

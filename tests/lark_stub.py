@@ -3,7 +3,7 @@
 Use the `lark_stub` fixture (root `conftest.py`): it starts the stub on an ephemeral port,
 points `CARDLOOP_LARK_DOMAIN` at it and clears lark-oapi's token cache.
 
-What it answers (the shapes Feishu uses, `research/feishu.md` §6):
+What it answers (the shapes of Feishu's Open API documentation):
 - `POST /open-apis/auth/v3/tenant_access_token/internal` → `t-stub-<app_id>` (wrong secret,
   when `app_secrets` is given → code 10014);
 - CardKit: `POST /open-apis/cardkit/v1/cards` (create; the card must be schema 2.0),
@@ -13,7 +13,8 @@ What it answers (the shapes Feishu uses, `research/feishu.md` §6):
 - messages: `POST /open-apis/im/v1/messages` (card entity reference or raw card; `uuid`
   dedupes), `PATCH /open-apis/im/v1/messages/<id>` (the new card must keep
   `config.update_multi: true`, else 230099), `GET …/messages/<id>`; a `PUT` on a message is
-  recorded and refused (230001), so tests can assert it never happens (B13);
+  recorded and refused (230001), so tests can assert it never happens (a card is updated
+  through CardKit or PATCH, never by re-sending it);
   `POST /open-apis/im/v1/messages/<id>/reply` (text replies, kept in `stub.replies`);
 - every API call needs `Authorization: Bearer t-stub-<app_id>` (else 99991663).
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
+import httpx
 from django.conf import settings
 from django.db import connection
 
@@ -33,8 +36,6 @@ def wait_for_child_sessions_to_end(timeout: float = 15.0) -> None:
     """PostgreSQL: wait until no other session uses the test database (children that were
     killed leave theirs for a moment, and the test database cannot be dropped meanwhile).
     No-op on SQLite."""
-    import time
-
     if connection.vendor != "postgresql":
         return
     deadline = time.monotonic() + timeout
@@ -53,11 +54,6 @@ def wait_until_serving(url: str, process, log_path, *, timeout: float = 90.0) ->
     """Poll `url` (a full URL, e.g. `…/healthz`) until it answers 200. Fails the test with the
     tail of `log_path` when `process` (a `subprocess.Popen`) exits first, and after `timeout`
     seconds."""
-    import time
-    from pathlib import Path
-
-    import httpx
-
     deadline = time.monotonic() + timeout
     while True:
         assert process.poll() is None, Path(log_path).read_text(errors="replace")[-3000:]

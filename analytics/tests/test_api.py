@@ -18,8 +18,7 @@ RANGE = {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC"}
 def two_teams(make_delivery, rate, world):
     """Team A: one delivery rated negative; team B: one delivery rated negative, one failed,
     and a dead outbox row."""
-    from botadmin.models import WebhookDestination
-    from feedback.models import Event, OutboxItem
+    from feedback.models import Event, OutboxItem, WebhookDestination
 
     a = make_delivery(at=datetime(2025, 3, 10, 1, tzinfo=UTC), team="a", model="model-a")
     b = make_delivery(at=datetime(2025, 3, 10, 2, tzinfo=UTC), team="b", model="model-b")

@@ -1,4 +1,4 @@
-"""Metric definitions on small hand-built data (issue 5; botmux A.10)."""
+"""Metric definitions (coverage, positive rate, deltas, reasons) on small hand-built data."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_zero_denominators_give_null_not_zero(db):
 def test_two_delivered_with_one_negative_is_half_coverage_and_zero_positive_rate(
     make_delivery, rate
 ):
-    # botmux test/feedback-analytics.test.ts: the reference system's own example.
+    # The smallest worked example: two answers delivered, one rated negative.
     d1 = make_delivery(at=datetime(2025, 3, 10, 1, tzinfo=UTC))
     make_delivery(at=datetime(2025, 3, 10, 2, tzinfo=UTC))
     rate(d1, "ou_x", "wrong")
@@ -186,7 +186,7 @@ def _outbox_row(delivery, status, destination, *, team=None, bot=None, n=[0]):  
 def test_failures_count_failed_deliveries_and_failed_or_dead_outbox_rows_by_dimension(
     scenario, world, make_delivery
 ):
-    from botadmin.models import WebhookDestination
+    from feedback.models import WebhookDestination
 
     dest = WebhookDestination.objects.create(name="ops", url="https://hooks.example.com/x")
     make_delivery(

@@ -1,4 +1,4 @@
-"""Drill-down cursor pagination over tied timestamps (failure mode B18)."""
+"""Drill-down cursor pagination over tied timestamps: every row once, none skipped or repeated."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Report time zone: local-midnight buckets, DST days, previous period (failure mode B19)."""
+"""Report time zone: local-midnight buckets, DST days, previous period (local days never drift across a DST change)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_range_span_is_measured_in_local_days():
     assert periods.exceeds_max_span(start, periods.parse_boundary("2025-03-03", NEW_YORK), NEW_YORK)
 
 
-# --- through the API, on the real database (B19's replay) -------------------------------------
+# --- through the API, on the real database (a DST day replayed end to end) -------------------
 
 
 @pytest.fixture

@@ -507,7 +507,7 @@ def test_every_list_renders_with_search_and_filters(staff, chat_policy, model, q
 def test_webhook_destinations_are_administered_by_the_feedback_app(staff):
     from django.contrib import admin
 
-    from botadmin.models import WebhookDestination
+    from feedback.models import WebhookDestination
 
     assert type(admin.site._registry[WebhookDestination]).__module__ == "feedback.admin"
 

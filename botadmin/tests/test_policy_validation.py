@@ -1,4 +1,4 @@
-"""Layer validation: every DESIGN §3 limit at its boundary, types, unknown fields, consistency."""
+"""Layer validation: every schema limit of a policy layer at its boundary, types, unknown fields, consistency."""
 
 from __future__ import annotations
 
@@ -427,7 +427,7 @@ def test_duplicate_reviewer_is_refused():
     )
 
 
-# --- consistency once merged with the defaults (botmux quirk) ---------------------------------
+# --- consistency once merged with the defaults ------------------------------------------------
 
 
 def test_visible_semantic_without_a_button_is_refused():

@@ -118,8 +118,8 @@ _names = itertools.count(1)
 def make_destination(db):
     """Factory: `make_destination(url, event_types=…, include_comment=…, timeout_ms=…,
     teams=…, bots=…, enabled=…, secret=…)` → (destination, secret) through the service."""
-    from botadmin.models import WebhookDestination
     from feedback import destinations
+    from feedback.models import WebhookDestination
 
     def make(
         url,
@@ -184,7 +184,8 @@ def emit_event(db):
 
     from django.db import transaction
 
-    from feedback.events import emit, stable_event_id
+    from feedback.envelopes import stable_event_id
+    from feedback.events import emit
 
     def make(type_="interaction.resolved", data=None, **kwargs):
         with transaction.atomic():

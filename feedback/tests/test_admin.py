@@ -10,20 +10,20 @@ import pytest
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from botadmin.models import AuditEntry, Team, WebhookDestination
+from botadmin.models import AuditEntry, Team
 from feedback import webhooks
-from feedback.models import Event, OutboxItem, WebhookAttempt
+from feedback.models import Event, OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.tests.receiver import Reply
 from plumbing.secretstore import read_secret
 
-ADD = "/admin/botadmin/webhookdestination/add/"
-LIST = "/admin/botadmin/webhookdestination/"
+ADD = "/admin/feedback/webhookdestination/add/"
+LIST = "/admin/feedback/webhookdestination/"
 OUTBOX = "/admin/feedback/outboxitem/"
 ATTEMPTS = "/admin/feedback/webhookattempt/"
 
 
 def change_url(destination):
-    return f"/admin/botadmin/webhookdestination/{destination.pk}/change/"
+    return f"/admin/feedback/webhookdestination/{destination.pk}/change/"
 
 
 def form(**overrides):
@@ -195,7 +195,7 @@ def test_deleting_a_destination_is_audited_and_removes_its_secret(
     ref = destination.secret_ref
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(
-            f"/admin/botadmin/webhookdestination/{destination.pk}/delete/", {"post": "yes"}
+            f"/admin/feedback/webhookdestination/{destination.pk}/delete/", {"post": "yes"}
         )
     assert response.status_code == 302
     assert not WebhookDestination.objects.exists()

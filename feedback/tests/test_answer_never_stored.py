@@ -1,4 +1,4 @@
-"""The answer's body never reaches the database (DESIGN §3): a sentinel string sent in the
+"""The answer's body never reaches the database: a sentinel string sent in the
 caller's card is searched for in the raw SQLite file (with its WAL) and, on PostgreSQL, in a
 dump of every table's rows, after every path that handles the card has run."""
 

@@ -1,6 +1,5 @@
-"""Issue 4 "done when", up to what exists today: a destination created in the admin receives
-signed turn.completed and feedback.revised events (the deliveries API comes with issue 3, so
-the delivery and revision are written with the ORM the way that code will)."""
+"""A destination created in the admin receives signed turn.completed and feedback.revised
+events (the delivery and revision are written with the ORM the way the deliveries code does)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ import pytest
 from django.db import transaction
 from standardwebhooks.webhooks import Webhook
 
-from botadmin.models import WebhookDestination
 from feedback.events import emit_feedback_revised
-from feedback.models import Revision, WebhookAttempt
+from feedback.models import Revision, WebhookAttempt, WebhookDestination
 from feedback.outbox import effective_destinations
 
 
@@ -21,7 +19,7 @@ def test_a_destination_created_in_the_admin_receives_signed_turn_and_feedback_ev
     admin_client, bot_client, receiver, make_delivery, make_worker
 ):
     page = admin_client.post(
-        "/admin/botadmin/webhookdestination/add/",
+        "/admin/feedback/webhookdestination/add/",
         {
             "name": "Team receiver",
             "url": receiver.url("/cardloop"),
@@ -93,7 +91,7 @@ def test_the_readme_demo_flow_reaches_an_admin_created_destination(
     from feedback.tests.conftest import drain_card_updates
 
     page = admin_client.post(
-        "/admin/botadmin/webhookdestination/add/",
+        "/admin/feedback/webhookdestination/add/",
         {
             "name": "Demo receiver",
             "url": receiver.url("/cardloop"),

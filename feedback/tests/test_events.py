@@ -11,7 +11,8 @@ from django.db import connection, transaction
 
 from botadmin.models import Team
 from feedback import events
-from feedback.events import NotInTransaction, emit, emit_feedback_revised, stable_event_id
+from feedback.envelopes import stable_event_id
+from feedback.events import NotInTransaction, emit, emit_feedback_revised
 from feedback.models import Event, OutboxItem, Revision
 from feedback.outbox import effective_destinations
 

@@ -1,5 +1,5 @@
 """The feedback area renderer (`feedback.cards`): every state Cardloop can render is valid
-Card JSON 2.0 (B10, B12, B13), carries its callback values in `behaviors`, and never shows a
+Card JSON 2.0 (shared and updatable: `update_multi`), carries its callback values in `behaviors`, and never shows a
 comment."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_every_feedback_area_state_composes_into_a_valid_card(policy_name, choic
 def test_buttons_carry_the_callback_value_in_behaviors_and_a_click_built_from_them_round_trips(
     lark_callback, register_card_handler
 ):
-    """B10: no top-level value; a simulated click gives back the same keys."""
+    """No top-level value (Card JSON 2.0): a simulated click gives back the same keys."""
     seen = []
     register_card_handler("feedback", lambda action: seen.append(action.value) or None)
     area = cards.feedback_area(POLICIES["defaults"], "del_x", CHOICES["positive"])

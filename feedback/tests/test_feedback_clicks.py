@@ -2,13 +2,13 @@
 the stub), signed + encrypted `card.action.trigger` callbacks through the ingress, revisions,
 events, and the CardKit element updates applied after the answer.
 
-Failure-mode kinds on the feedback path (research/failure-modes.md); ingress-level cases that
-do not depend on the handler live in interactions/tests/test_ingress.py:
-B01 encrypted bodies (every click here is encrypted; undecryptable → 400, nothing written),
-B02 v1/upper-case signatures → 401 and no revision, B06 repeats and double clicks, B07 every
-answer is a JSON toast, B09 form_value reaches the revision, B10 values from the rendered
-card's behaviors, B12 toast-only answers (the card is updated after), B13 update_multi and no
-PUT to messages.
+How a click can go wrong on the feedback path, each covered here (ingress-level cases that do
+not depend on the handler live in interactions/tests/test_ingress.py): encrypted bodies (every
+click here is encrypted; undecryptable → 400, nothing written); v1 or upper-case signatures →
+401 and no revision; repeats and double clicks answer as the first click; every answer is a
+JSON toast; form_value reaches the revision; the values come from the rendered card's
+behaviors; answers are toast-only (the card is updated after); cards are `update_multi` and
+never PUT to messages.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_click_records_a_revision_answers_a_toast_and_updates_the_card_after_the
             "content": "已记录：结论可用",
             "i18n": {"zh_cn": "已记录：结论可用", "en_us": "Recorded: 结论可用"},
         }
-    }  # toast only: the final answer's card is never re-sent in the answer (B12)
+    }  # toast only: the final answer's card is never re-sent in the answer
     revision = Revision.objects.get()
     assert (revision.operator_open_id, revision.verdict_key, revision.semantic) == (
         "ou_requester",
@@ -95,7 +95,7 @@ def test_click_records_a_revision_answers_a_toast_and_updates_the_card_after_the
     assert buttons["conclusive_usable"]["text"]["content"] == "✓ 结论可用"
     assert stub.cards[delivery.card_id].card["body"]["elements"][0]["content"] == "The answer"
     feishu.assert_valid_card(stub.cards[delivery.card_id].card)
-    assert stub.calls_to("PUT", "/open-apis/im/v1/messages") == []  # B13
+    assert stub.calls_to("PUT", "/open-apis/im/v1/messages") == []  # updated, never re-sent
 
 
 def test_reselect_appends_to_the_chain_and_sequences_keep_increasing(feedback_api, delivery, click):
@@ -193,7 +193,7 @@ def test_allow_reselect_off_locks_the_first_choice_and_shows_disabled_buttons(fe
 
 
 def test_stale_click_gets_a_toast_and_a_repaint_and_writes_nothing(feedback_api, delivery, click):
-    """upvote → negative → a delayed upvote made on the first card state (botmux PR #1418)."""
+    """upvote → negative → a delayed upvote made on the first card state: refused, repainted."""
     click(delivery, "conclusive_usable")
     first = current_rev(delivery)
     click(delivery, "incorrect", rev=first)
@@ -245,7 +245,7 @@ def test_unchanged_choice_writes_nothing(delivery, click):
 def test_same_event_id_twice_and_a_second_event_of_the_same_click_write_one_revision(
     delivery, click
 ):
-    """B06 (a) redelivery of one event_id, (c) a genuine second click with a new event_id
+    """(a) A redelivery of one event_id, (c) a genuine second click with a new event_id
     before the card moved on, (d) a different choice appends."""
     body = click.payload(delivery, "conclusive_usable")
     first = click.post(body)
@@ -280,7 +280,7 @@ def test_negative_choice_opens_the_form_on_the_same_card(feedback_api, delivery,
 def test_details_are_stored_trimmed_and_the_comment_is_never_shown_or_logged(
     feedback_api, delivery, click, caplog
 ):
-    """B09: form_value reaches the revision; unknown form keys are ignored."""
+    """form_value reaches the revision; unknown form keys are ignored."""
     caplog.set_level(logging.DEBUG)
     click(delivery, "incorrect")
     rev = current_rev(delivery)
@@ -366,7 +366,7 @@ def test_unchanged_details_write_nothing(delivery, click):
 
 
 def test_value_sent_as_a_json_string_in_action_value_is_handled(delivery, click):
-    """B07: value as a JSON string (the SDK's typed model would raise)."""
+    """A value sent as a JSON string is read (the SDK's typed model would raise)."""
     body = click.payload(delivery, "conclusive_usable")
     body["event"]["action"]["value"] = json.dumps(body["event"]["action"]["value"])
     assert click.post(body)[1]["toast"]["type"] == "success"
@@ -374,7 +374,7 @@ def test_value_sent_as_a_json_string_in_action_value_is_handled(delivery, click)
 
 
 def test_click_on_the_value_rendered_in_the_sent_card_round_trips(feedback_api, delivery, click):
-    """B10: take the button's behaviors value from the card Cardloop sent."""
+    """The button's behaviors value, taken from the card Cardloop sent, is a valid click."""
     (create,) = feedback_api.stub.calls_to("POST", "/open-apis/cardkit/v1/cards")
     area = {e.get("element_id"): e for e in create.field_json("data")["body"]["elements"]}
     value = button_values(area)["effective_progress"]["behaviors"][0]["value"]
@@ -394,7 +394,7 @@ def _sha1_headers(raw: bytes) -> dict[str, str]:
 def test_forged_or_undecryptable_feedback_clicks_write_nothing(
     delivery, click, client, lark_bot, attack
 ):
-    """B01 / B02 on the feedback path: no revision, no event, no card update, JSON 4xx."""
+    """Undecryptable or badly signed clicks: no revision, no event, no card update, JSON 4xx."""
     body = click.payload(delivery, "conclusive_usable")
     if attack == "sha1_token":
         raw = json.dumps(body).encode()
@@ -426,7 +426,7 @@ def test_forged_or_undecryptable_feedback_clicks_write_nothing(
 
 
 def test_concurrent_repeats_of_one_event_write_one_revision(lark_bot, delivery):
-    """B06 (b): the same event_id twice within milliseconds from two threads."""
+    """(b) The same event_id twice within milliseconds from two threads: one revision."""
     from django.test import Client
 
     sealed = seal(
@@ -577,8 +577,8 @@ async def test_click_through_the_asgi_application_is_answered_then_the_card_upda
 def test_a_failing_renderer_keeps_the_click_and_answers_a_plain_toast(
     delivery, click, monkeypatch, caplog
 ):
-    """B12: state right, answer toast-only (never a card Feishu could refuse), traceback
-    logged, no broken card update queued."""
+    """A renderer that raises: state right, answer toast-only (never a card Feishu could
+    refuse), traceback logged, no broken card update queued."""
 
     def broken(*args, **kwargs):
         raise RuntimeError("renderer bug")

@@ -22,7 +22,8 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from feedback import outbox
-from feedback.events import emit, stable_event_id
+from feedback.envelopes import stable_event_id
+from feedback.events import emit
 from feedback.models import OutboxItem, WebhookAttempt
 from feedback.outbox import OutboxWorker, _InFlight, backoff_delay, decide
 from feedback.tests.receiver import Reply

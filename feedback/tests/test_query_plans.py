@@ -66,7 +66,7 @@ def _caller_is_application_code() -> bool:
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith(str(ROOT)) and "/.venv/" not in name and "/botadmin/db/" not in name:
+        if name.startswith(str(ROOT)) and "/.venv/" not in name and "/plumbing/db/" not in name:
             return "/tests/" not in name and not name.endswith("conftest.py")
         frame = frame.f_back
     return False

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from feedback import terminals
-from feedback.events import NotInTransaction, stable_event_id
+from feedback.envelopes import stable_event_id
+from feedback.events import NotInTransaction
 from feedback.models import Delivery, Event, OutboxItem, WorkerTerminal
 
 URL = "/api/v1/turns/terminal"

@@ -83,7 +83,7 @@ def test_retries_send_identical_bytes_with_the_same_webhook_id(
 def test_retry_after_seconds_and_http_date_are_floors_of_the_next_attempt(
     receiver, make_destination, emit_event, make_worker, clock
 ):
-    """failure-modes B20: 429 Retry-After: 120, then 503 with a date 5 min ahead, then 200."""
+    """A receiver's Retry-After is honoured: 429 Retry-After: 120, then 503 with a date 5 min ahead, then 200."""
     make_destination(receiver.url())
     event = emit_event()
     worker = make_worker()

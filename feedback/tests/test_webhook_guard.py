@@ -1,4 +1,5 @@
-"""The SSRF guard (failure-modes B21) and the signature helpers (B23).
+"""The SSRF guard (no attempt may reach a private, loopback or otherwise special address) and
+the signature helpers (constant-time comparisons only).
 
 With CARDLOOP_WEBHOOK_ALLOW_PRIVATE off, the adapter's resolver is patched to answer each
 blocked address class: the attempt is refused as `blocked_destination`, no connection is
@@ -12,9 +13,8 @@ import ipaddress
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from botadmin.models import WebhookDestination
 from feedback import webhooks
-from feedback.models import OutboxItem, WebhookAttempt
+from feedback.models import OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.webhooks import AttemptResult, Outcome, address_block_reason
 
 BLOCKED = [
@@ -328,7 +328,7 @@ def test_an_unresolvable_name_is_a_retryable_network_error(
 
 
 # ---------------------------------------------------------------------------------------------
-# Signatures and secrets (B23)
+# Signatures and secrets (constant-time comparisons)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -413,7 +413,7 @@ def test_retry_after_parsing():
 
 
 def test_hmac_comparisons_in_cardloop_are_constant_time():
-    """B23 static check: no == / != on signature or digest values in Cardloop's code."""
+    """Static check: no == / != on signature or digest values in Cardloop's code."""
     import pathlib
     import re
 

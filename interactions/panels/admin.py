@@ -12,8 +12,10 @@ from django.contrib import admin
 from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import conditional_escape
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext_lazy
 
 from botadmin import services
 from botadmin.admin import HashedTokenAdmin
@@ -71,8 +73,16 @@ class DesktopTokenAdmin(HashedTokenAdmin):
         "last_used_at",
         "revoked_at",
     ]
-    issued_template = "admin/botadmin/desktoptoken/issued.html"
     issued_title = _("Desktop token issued")
+    issued_texts = {
+        "copy_now": _(
+            "Copy the token now. It is shown only this once: Cardloop keeps only its hash and "
+            "cannot show it again."
+        ),
+        "raw_label": _("Desktop token"),
+        "token_link": _("Token %(prefix)s (revoke it there)"),
+        "back": _("Back to desktop tokens"),
+    }
     issued_copy_fields = (*HashedTokenAdmin.issued_copy_fields, "open_id")
     revoked_message = _("Token %(token)s revoked; it no longer connects.")
     revoked_count_message = ngettext_lazy("%(n)d token revoked.", "%(n)d tokens revoked.", "n")
@@ -90,13 +100,16 @@ class DesktopTokenAdmin(HashedTokenAdmin):
     def revoke(self, request, token) -> None:
         panels.revoke_token(request.user, token)
 
-    def issued_context(self, request, raw, token) -> dict:
-        return {
-            "raw": raw,
-            "token": token,
-            "prefix": services.desktop_token_prefix(token),
-            "panel_url": request.build_absolute_uri(reverse("panel")),
-        }
+    def issued_usage(self, request, token) -> str:
+        panel_url = conditional_escape(request.build_absolute_uri(reverse("panel")))
+        return mark_safe(  # noqa: S308 - our own translated text; the one value is escaped
+            gettext(
+                "Give it to the person whose questions the panel shows. They sign in at "
+                '<a href="%(panel_url)s">%(panel_url)s</a>, or a desktop client connects to '
+                "<code>/ws/panel/</code> with <code>Authorization: Bearer &lt;token&gt;</code>."
+            )
+            % {"panel_url": panel_url}
+        )
 
     def get_queryset(self, request):
         since = timezone.now() - presence_ttl()
