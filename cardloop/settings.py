@@ -294,7 +294,7 @@ CARDLOOP_CALLBACK_THREADS = env.int("CARDLOOP_CALLBACK_THREADS", default=2 if IS
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).
 CARDLOOP_ASK_TIMEOUT = env.int("CARDLOOP_ASK_TIMEOUT", default=15 * 60)
-#: Question panels (`/ws/panel/`, interactions.panels.timing): seconds between presence refreshes of
+#: Question panels (`/ws/panel/`, interactions.panel_timing): seconds between presence refreshes of
 #: a process's live panels, seconds after which an unrefreshed presence counts as gone (a
 #: process that died), and seconds between each panel's resync with the database (missed or
 #: dropped channel-layer pushes, and pushes that raced a reconnect, are repaired then).

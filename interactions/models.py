@@ -9,7 +9,7 @@ State changes live in service modules next to these models: `interactions.callba
 (claim / finish / prune of `InboundEvent`), `interactions.cardqueue.service` (send, register,
 enqueue, release holds) and `.worker` (apply queued updates), `interactions.lifecycle.resolve`
 (the one interaction state change), `interactions.approvals.service`, `interactions.asks`,
-`interactions.panels.presence`. Hand-written SQL is only in the querysets below, each saying
+`interactions.presence`. Hand-written SQL is only in the querysets below, each saying
 why.
 """
 
@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from interactions.panels.timing import presence_ttl
+from interactions.panel_timing import presence_ttl
 from plumbing.db.rows import insert_row, quoted_table
 from plumbing.workqueue import WorkItem, WorkStatus
 
@@ -557,7 +557,7 @@ class ApprovalRule(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
-# Question panels: presence (interactions.panels.presence)
+# Question panels: presence (interactions.presence)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -581,9 +581,9 @@ class PanelPresenceQuerySet(models.QuerySet):
 class PanelPresence(models.Model):
     """One live question-panel WebSocket (`/ws/panel/`): which user it shows, which process
     serves it. Any process answers "is this user connected" from these rows
-    (`interactions.panels.presence.is_connected`).
+    (`interactions.presence.is_connected`).
 
-    Written only by `interactions.panels.presence`: created on connect, deleted on disconnect, and
+    Written only by `interactions.presence`: created on connect, deleted on disconnect, and
     `last_seen_at` refreshed by the serving process every `CARDLOOP_PANEL_HEARTBEAT` seconds.
     A process that dies leaves rows that stop being refreshed: they count as gone after
     `CARDLOOP_PANEL_PRESENCE_TTL` seconds and are swept by the next heartbeat of any process.

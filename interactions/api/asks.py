@@ -21,6 +21,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from interactions import kinds
 from interactions.api.base import BotAPIView, BotAsyncAPIView, invalid, wait_seconds
 from interactions.api.serializers.asks import (
     AskCancelledSerializer,
@@ -36,7 +37,6 @@ from interactions.api.serializers.asks import (
 )
 from interactions.asks import progress
 from interactions.asks import service as asks
-from interactions.channels import kinds
 from interactions.lifecycle.longpoll import wait_for_final
 from interactions.models import ProgressSession
 from plumbing.api import ApiError

@@ -1,18 +1,18 @@
 """Bot API of session capabilities: `GET /api/v1/capabilities?project_key=…&workspace=…&subagent=…`
 — which channel a session is on and which interaction tools it may expose
-(`interactions.channels.kinds.session_capabilities`)."""
+(`interactions.kinds.session_capabilities`)."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from interactions import kinds
 from interactions.api.base import BotAPIView, invalid
 from interactions.api.serializers.capabilities import (
     CapabilitiesQuerySerializer,
     SessionCapabilitiesSerializer,
 )
-from interactions.channels import kinds
 
 
 class CapabilitiesView(BotAPIView):

@@ -28,9 +28,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from interactions import channels
+from interactions import channels, kinds
 from interactions.cardqueue import service as cards
-from interactions.channels import kinds
 from interactions.lifecycle.resolve import (
     FINAL_VERSION,
     MAX_TIMEOUT,

@@ -43,10 +43,10 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
+from interactions import presence
 from interactions.asks import card as session_card
 from interactions.lifecycle.resolve import MAX_TIMEOUT, MIN_TIMEOUT, Outcome, expire, resolve
 from interactions.models import Ask, Interaction, ProgressSession
-from interactions.panels import presence
 from interactions.render import progress_cards
 from plumbing.parsers import ascii_int
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import threading
 
-from interactions.channels import kinds
+from interactions import kinds
 from interactions.channels.base import Channel
-from interactions.channels.kinds import Capabilities
+from interactions.kinds import Capabilities
 
 _lock = threading.Lock()
 _channels: dict[str, Channel] = {}

@@ -32,7 +32,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from interactions.channels.kinds import Capabilities
+from interactions.kinds import Capabilities
 
 #: A rendered message: a JSON object (e.g. Feishu Card JSON 2.0) or plain text.
 Message = dict[str, Any] | str
@@ -47,7 +47,7 @@ class Channel(abc.ABC):
     """One messaging channel. Subclasses set `name` and `capabilities` and implement every
     abstract method; an operation the channel cannot perform raises `Unsupported`."""
 
-    #: The channel kind (`interactions.channels.kinds.KINDS`, e.g. "feishu").
+    #: The channel kind (`interactions.kinds.KINDS`, e.g. "feishu").
     name: str
     #: What the channel can show: `buttons`, `forms`, `update` (change a sent message),
     #: `markdown`; `capabilities.text_fallback` is True when there are no buttons.

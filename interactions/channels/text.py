@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interactions.channels import kinds
+from interactions import kinds
 from interactions.channels.base import Channel, Unsupported
 from interactions.render import interaction_cards
 

@@ -21,8 +21,8 @@ from botadmin import services
 from botadmin.admin import HashedTokenAdmin
 from botadmin.models import DesktopToken
 from interactions.models import PanelPresence
+from interactions.panel_timing import presence_ttl
 from interactions.panels import service as panels
-from interactions.panels.timing import presence_ttl
 from plumbing.admin import two_way_filter
 
 

@@ -1,6 +1,6 @@
 """The question panel's WebSocket consumer (`/ws/panel/`). Thin: the protocol, authentication
 and resync rules are in `interactions.panels.service` (read its docstring for the message
-table), presence and push in `interactions.panels.presence`."""
+table), presence and push in `interactions.presence`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import random
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from interactions.panels import presence
+from interactions import presence
+from interactions.panel_timing import resync_interval
 from interactions.panels import service as panels
-from interactions.panels.timing import resync_interval
 from plumbing.parsers import contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)

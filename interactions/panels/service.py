@@ -14,7 +14,7 @@ calls):
   and closed with code 4401. A token revoked while connected (`revoke_token`) closes with
   4401 at once (at the next resync if that channel message is lost); from the revocation on
   it counts as not connected and its answers are refused, whether or not it was closed yet.
-- **Presence and push** (`interactions.panels.presence`): who is connected, and best-effort
+- **Presence and push** (`interactions.presence`): who is connected, and best-effort
   delivery of a message to every panel of a user.
 - **Resync — correctness never relies on a push.** On every connect, on a client's
   `{"type": "sync"}`, and every `CARDLOOP_PANEL_RESYNC` s the panel's state is read from the
@@ -50,9 +50,9 @@ from django.utils import timezone
 
 from botadmin import services
 from botadmin.models import DesktopToken
+from interactions import presence
 from interactions.asks import service as asks
-from interactions.panels import presence
-from interactions.panels.timing import resync_interval
+from interactions.panel_timing import resync_interval
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from interactions.channels import kinds as channels
+from interactions import kinds as channels
 from interactions.lark.cardjson import callback_behaviors
 from interactions.models import Interaction
 

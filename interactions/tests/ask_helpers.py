@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from interactions import presence as panel_presence
 from interactions.asks import progress as progress_sessions
 from interactions.cardqueue import worker as cardworker
 from interactions.models import CardEntity
-from interactions.panels import presence as panel_presence
 
 REQUESTER = "ou_requester"
 OTHER = "ou_other"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from interactions import channels
-from interactions.channels import kinds
+from interactions import channels, kinds
 from interactions.channels.base import Channel, Unsupported
 from interactions.channels.feishu.channel import FeishuChannel
 from interactions.channels.text import TextChannel
@@ -106,4 +105,4 @@ def test_the_feishu_adapter_is_a_leaf_and_models_import_no_service():
     for module, targets in graph.items():
         if module.startswith("interactions.lark"):
             assert all(t.startswith("interactions.lark") for t in targets), (module, targets)
-    assert graph["interactions.models"] <= {"interactions.panels.timing"}
+    assert graph["interactions.models"] <= {"interactions.panel_timing"}

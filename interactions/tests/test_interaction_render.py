@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.utils import translation
 
-from interactions.channels import kinds as channels
+from interactions import kinds as channels
 from interactions.models import Interaction
 from interactions.render import interaction_cards
 from interactions.render.interaction_cards import fallback_text, feishu_card, render

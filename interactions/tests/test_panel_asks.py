@@ -14,10 +14,10 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from botadmin import services
+from interactions import presence as panel_presence
 from interactions.asks import service as asks
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Ask, PanelPresence
-from interactions.panels import presence as panel_presence
 from interactions.panels import service as panels
 from interactions.tests.panel_helpers import *  # noqa: F403
 from interactions.tests.panel_helpers import (

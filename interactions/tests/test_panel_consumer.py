@@ -9,8 +9,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from botadmin import services
+from interactions import presence as panel_presence
 from interactions.models import PanelPresence
-from interactions.panels import presence as panel_presence
 from interactions.panels import service as panels
 from interactions.tests.panel_helpers import communicator, receive
 

@@ -13,8 +13,8 @@ import pytest
 from channels.db import database_sync_to_async
 from websockets.asyncio.client import connect
 
+from interactions import presence as panel_presence
 from interactions.models import PanelPresence
-from interactions.panels import presence as panel_presence
 from interactions.tests.panel_helpers import *  # noqa: F403
 from interactions.tests.panel_helpers import (
     QUESTIONS,

@@ -140,8 +140,8 @@ def test_schema_documents_the_desktop_token_api(client):
 
 
 def test_admin_lists_live_panels_per_token(staff, make_bot):
+    from interactions import presence as panel_presence
     from interactions.models import PanelPresence
-    from interactions.panels import presence as panel_presence
 
     bot = make_bot(app_id="cli_adm")
     _raw, token = services.issue_desktop_token("ops", bot, "ou_e", "laptop")

@@ -7,8 +7,8 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
+from interactions import kinds
 from interactions.approvals import service as approvals
-from interactions.channels import kinds
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
 

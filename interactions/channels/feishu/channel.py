@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from interactions import kinds
 from interactions.callbacks.registry import CardAction
 from interactions.cardqueue import service as cards
-from interactions.channels import kinds
 from interactions.channels.base import Channel
 from interactions.render import interaction_cards, progress_cards
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from botadmin.models import Bot
 from interactions.models import PanelPresence
-from interactions.panels.timing import heartbeat_interval
+from interactions.panel_timing import heartbeat_interval
 
 log = logging.getLogger(__name__)
 
