@@ -6,8 +6,9 @@ class FeedbackConfig(AppConfig):
     """Deliveries, revisions, worker terminals, events, the outbox and webhooks.
 
     Registers its card-action handlers (`feedback`, `feedback_detail` →
-    `feedback.revisions`) in `interactions.callbacks.registry` and its event sink in
-    `interactions.events` from `ready()`, so `interactions` never imports `feedback`.
+    `feedback.revisions`) in `interactions.callbacks.registry`, its event sink in
+    `interactions.events` and its feedback-area renderer with the Feishu channel from
+    `ready()`, so `interactions` never imports `feedback`.
     """
 
     name = "feedback"
@@ -16,9 +17,14 @@ class FeedbackConfig(AppConfig):
     def ready(self) -> None:
         # Here, not at the top: these modules import models, which Django allows only once
         # the app registry is ready (the usual `AppConfig.ready` pattern).
-        from feedback import events, revisions
+        from feedback import cards, events, revisions
+        from interactions import channels
         from interactions import events as interaction_events
         from interactions.callbacks import registry
+
+        # The Feishu channel renders feedback areas with this app's renderer (it owns the
+        # area's rules and lives above interactions, so it is handed over, not imported).
+        channels.get("feishu").use_feedback_renderer(cards.feedback_area)
 
         registry.register("feedback", revisions.on_feedback)
         registry.register("feedback_detail", revisions.on_feedback_detail)
