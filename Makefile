@@ -45,10 +45,25 @@ check: venv
 	  DJANGO_ALLOWED_HOSTS=cardloop.example.com DJANGO_HSTS_SECONDS=31536000 DJANGO_SECURE_SSL_REDIRECT=true \
 	  $(BIN)/python manage.py check --deploy --fail-level WARNING
 
+## Refresh every zh-hans catalogue from the code (each app's own, and locale/ for templates/,
+## cardloop/ and plumbing/), keep translations of texts that moved between catalogues, compile.
+CATALOGUES := botadmin interactions feedback analytics
 messages: venv
-	cd botadmin && ../$(BIN)/python ../manage.py makemessages -l zh_Hans -l en --ignore 'migrations/*'
-	cd analytics && ../$(BIN)/python ../manage.py makemessages -l zh_Hans --ignore 'migrations/*' --ignore 'tests/*'
-	$(BIN)/python manage.py compilemessages
+	@tmp=$$(mktemp -d) && \
+	msgcat --use-first -o $$tmp/compendium.po $$(for a in $(CATALOGUES) .; do echo $$a/locale/zh_Hans/LC_MESSAGES/django.po; done) && \
+	for app in $(CATALOGUES); do \
+	  (cd $$app && ../$(BIN)/python ../manage.py makemessages -l zh_Hans --ignore 'migrations/*' --ignore 'tests/*' >/dev/null) || exit 1; \
+	done && \
+	$(BIN)/python manage.py makemessages -l zh_Hans --ignore '.venv/*' --ignore 'tests/*' --ignore 'bench/*' \
+	  $(foreach a,$(CATALOGUES),--ignore '$(a)/*') >/dev/null && \
+	for a in $(CATALOGUES) .; do \
+	  po=$$a/locale/zh_Hans/LC_MESSAGES/django.po; \
+	  msgattrib --clear-fuzzy --empty -o $$po $$po && \
+	  msgmerge -q -N --previous -C $$tmp/compendium.po -o $$po $$po $$po && \
+	  msgattrib --no-obsolete -o $$po $$po && \
+	  echo "$$po: $$(msgattrib --untranslated $$po | grep -c '^msgid ' || true) untranslated"; \
+	done; rm -rf $$tmp
+	$(BIN)/python manage.py compilemessages --ignore '.venv/*' >/dev/null
 
 clean:
 	rm -rf $(VENV) var staticfiles

@@ -49,10 +49,6 @@ class InsertQuerySet(models.QuerySet):
 
 
 class DeliveryQuerySet(models.QuerySet):
-    def sent_between(self, start, end):
-        """Deliveries created in [start, end)."""
-        return self.filter(created_at__gte=start, created_at__lt=end)
-
     def interrupted_sends(self, began_before):
         """Still `pending` though their send (or last resend) began before `began_before`."""
         return self.filter(status=Delivery.Status.PENDING, updated_at__lt=began_before)
