@@ -279,3 +279,5 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
 
 # Desktop tokens and panel connections (question panels, issue 7).
 from interactions import panel_admin  # noqa: E402,F401
+# MCP tokens of the /mcp tool server (read-only; revoke action).
+from interactions.mcp import admin as mcp_admin  # noqa: E402,F401

@@ -105,13 +105,18 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         except Exception:  # noqa: BLE001 - a lost progress notification changes nothing
             log.debug("mcp: progress notification not sent", exc_info=True)
 
-    result = await tools.call_tool(
-        token,
-        params.name,
-        params.arguments,
-        rpc_request_id="" if ctx.request_id is None else str(ctx.request_id),
-        progress=progress,
-    )
+    try:
+        result = await tools.call_tool(
+            token,
+            params.name,
+            params.arguments,
+            rpc_request_id="" if ctx.request_id is None else str(ctx.request_id),
+            progress=progress,
+        )
+    except Exception:
+        # never the exception's text to the client (it can name internals)
+        log.exception("mcp: tool %s failed", params.name[:64])
+        result = tools.ToolResult(tools.bilingual(INTERNAL_ERROR), {"error": "internal"}, True)
     return types.CallToolResult(
         content=[types.TextContent(text=result.text)],
         structured_content=result.data,
@@ -201,6 +206,7 @@ async def _manager_for_loop() -> StreamableHTTPSessionManager:
 # The ASGI mount
 # ---------------------------------------------------------------------------------------------
 
+INTERNAL_ERROR = _("The tool failed inside Cardloop; try again later.")
 INVALID_TOKEN = _("Missing, invalid, revoked or expired MCP token (Authorization: Bearer cmt_…).")
 DISALLOWED_HOST = _("Invalid Host header.")
 FORBIDDEN_ORIGIN = _("Requests from this Origin are not allowed.")

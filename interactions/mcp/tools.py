@@ -556,23 +556,36 @@ def _read_interaction(bot, public_id: str) -> dict | None:
 
 
 def _start_approval(token: McpToken, data: dict[str, Any], rpc_request_id: str):
-    """→ ("rule", rule) | ("error", ToolResult) | ("asked", interaction, call pk)."""
+    """→ ("done", ToolResult: approved by a rule, or refused) | ("asked", interaction, call
+    pk)."""
     bot = token.bot
     chat_id = _chat_of(token)
     rule = approvals.check_rule(bot, data["tool"], session_id=token.session_id, chat_id=chat_id)
     if rule is not None:
-        return ("rule", rule)
+        return (
+            "done",
+            _ok(
+                {
+                    "decision": "approve",
+                    "status": "resolved",
+                    "via": "always",
+                    "interaction_id": rule.interaction.public_id if rule.interaction_id else None,
+                    "asked": False,
+                    "rule": approvals.rule_json(rule),
+                }
+            ),
+        )
     caps = session_capabilities(token)
     if caps.channel == channels.WECHAT:
-        return ("error", _error(APPROVALS_NOT_AVAILABLE, {"error": "approvals_not_available"}))
+        return ("done", _error(APPROVALS_NOT_AVAILABLE, {"error": "approvals_not_available"}))
     if not chat_id:
-        return ("error", _error(NO_CHAT, {"error": "chat_required"}))
+        return ("done", _error(NO_CHAT, {"error": "chat_required"}))
     requester = token.requester_open_id
     if not requester:
         session = ProgressSession.objects.filter(bot=bot, session_id=token.session_id).first()
         requester = session.requester_open_id if session is not None else ""
     if not requester:
-        return ("error", _error(NO_REQUESTER, {"error": "requester_required"}))
+        return ("done", _error(NO_REQUESTER, {"error": "requester_required"}))
     ia, _created = approvals.create_interaction(
         bot,
         kind=Interaction.Kind.APPROVAL,
@@ -590,7 +603,7 @@ def _start_approval(token: McpToken, data: dict[str, Any], rpc_request_id: str):
         ia = approvals.send_to_chat(ia)
     except approvals.SendFailed as exc:
         log.warning("mcp: approval %s: the card was not sent (code %s)", ia.public_id, exc.code)
-        return ("error", _error(SEND_FAILED, {"error": "send_failed", "feishu_code": exc.code}))
+        return ("done", _error(SEND_FAILED, {"error": "send_failed", "feishu_code": exc.code}))
     return ("asked", ia, _remember_call(token, rpc_request_id, ia))
 
 
@@ -624,19 +637,7 @@ async def _request_approval(
     token: McpToken, data: dict[str, Any], rpc_request_id: str, progress
 ) -> ToolResult:
     started = await _in_thread(_start_approval, token, data, rpc_request_id)
-    if started[0] == "rule":
-        rule = started[1]
-        return _ok(
-            {
-                "decision": "approve",
-                "status": "resolved",
-                "via": "always",
-                "interaction_id": rule.interaction.public_id if rule.interaction_id else None,
-                "asked": False,
-                "rule": approvals.rule_json(rule),
-            }
-        )
-    if started[0] == "error":
+    if started[0] == "done":
         return started[1]
     _kind, ia, call_pk = started
     total = (ia.expires_at - ia.created_at).total_seconds()
