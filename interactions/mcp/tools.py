@@ -320,8 +320,11 @@ def _flatten(errors: Any, prefix: str = "") -> list[str]:
     lines: list[str] = []
     if isinstance(errors, dict):
         for key, value in errors.items():
+            if isinstance(key, int):  # DRF keys nested list errors by position
+                lines += _flatten(value, f"{prefix}[{key}]")
+                continue
             name = key if key != "non_field_errors" else ""
-            lines += _flatten(value, f"{prefix}.{name}" if prefix and name else prefix or name)
+            lines += _flatten(value, f"{prefix}.{name}" if prefix and name else (prefix or name))
     elif isinstance(errors, list):
         if all(not isinstance(e, (dict, list)) for e in errors):
             lines += [f"{prefix}: {e}" if prefix else str(e) for e in errors]
