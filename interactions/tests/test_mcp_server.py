@@ -289,3 +289,31 @@ async def test_another_bots_key_cannot_reach_the_session_nor_its_tokens(
     assert not await db(Ask.objects.filter(session_id="sess_owned").exists)()
     token = await db(lambda: McpToken.objects.get(lookup=mine["prefix"][4:12]))()
     assert token.revoked_at is None
+
+
+async def test_a_client_that_disconnects_mid_call_without_cancelling_withdraws_the_question(live):
+    await db(start_progress)(live.bot, "sess_gone")
+    issued = await issue_token(live.url, live.key, "sess_gone")
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}},
+    }
+    headers = {
+        "Authorization": f"Bearer {issued['token']}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+        request = asyncio.ensure_future(client.post(issued["url"], json=call, headers=headers))
+        ask = await pending_interaction("sess_gone", kind="ask")
+        request.cancel()  # the connection is dropped; no notifications/cancelled is sent
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    for _ in range(100):
+        ask = await db(lambda: Ask.objects.get(pk=ask.pk))()
+        if ask.is_final:
+            break
+        await asyncio.sleep(0.1)
+    assert ask.status == Interaction.Status.CANCELLED
