@@ -98,6 +98,7 @@ RuleStateFilter = two_way_filter(
     ("revoked", _("revoked"), lambda qs: qs.filter(revoked_at__isnull=False)),
 )
 
+
 @admin.register(ApprovalRule)
 class ApprovalRuleAdmin(ReadOnlyAdmin):
     list_display = (
@@ -154,6 +155,7 @@ AskStateFilter = two_way_filter(
     ("card", _("progress card"), lambda qs: qs.filter(card__isnull=False)),
     ("panel_only", _("panel only"), lambda qs: qs.filter(card__isnull=True)),
 )
+
 
 @admin.register(Ask)
 class AskAdmin(ReadOnlyAdmin):
@@ -226,6 +228,7 @@ CancelRequestedFilter = two_way_filter(
     ("no", _("no"), lambda qs: qs.filter(cancel_requested_at__isnull=True)),
 )
 
+
 @admin.register(ProgressSession)
 class ProgressSessionAdmin(ReadOnlyAdmin):
     """Progress cards: the state the agent reported, the card, pending questions."""
@@ -279,5 +282,6 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
 
 # Desktop tokens and panel connections (question panels, issue 7).
 from interactions import panel_admin  # noqa: E402,F401
+
 # MCP tokens of the /mcp tool server (read-only; revoke action).
 from interactions.mcp import admin as mcp_admin  # noqa: E402,F401

@@ -77,7 +77,9 @@ class Command(BaseCommand):
         if bot is None:
             raise CommandError(f"No bot with app_id {app!r} (run `make run` first: it seeds it).")
         if not bot.has_secret("encrypt_key") or not bot.has_secret("verification_token"):
-            raise CommandError(f"Bot {app!r} has no callback secrets, so no submit can be replayed.")
+            raise CommandError(
+                f"Bot {app!r} has no callback secrets, so no submit can be replayed."
+            )
         session_id = f"mcp_demo_{secrets.token_hex(4)}"
         session = asks.update_progress(
             bot,
@@ -186,9 +188,11 @@ class Command(BaseCommand):
                 result = call.result()
                 raise CommandError(f"The call answered at once: {result.content[0].text}")
             found = await sync_to_async(
-                lambda: Ask.objects.filter(bot=bot, session_id=session_id)
-                .values_list("public_id", flat=True)
-                .first()
+                lambda: (
+                    Ask.objects.filter(bot=bot, session_id=session_id)
+                    .values_list("public_id", flat=True)
+                    .first()
+                )
             )()
             if found:
                 return found
