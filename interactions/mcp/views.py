@@ -12,7 +12,12 @@ from __future__ import annotations
 import re
 
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -106,7 +111,23 @@ McpTokenRevokedSerializer = inline_serializer(
 
 ErrorSerializer = inline_serializer(
     "McpTokenError",
-    {"error": serializers.CharField(), "detail": serializers.JSONField()},
+    {
+        "error": serializers.CharField(help_text="A stable code, e.g. invalid, not_found."),
+        "detail": serializers.JSONField(help_text="A message or {field: [messages]}."),
+    },
+)
+
+SESSION_ID_PARAMETER = OpenApiParameter(
+    "session_id",
+    {"type": "string", "minLength": 1, "maxLength": SESSION_ID_MAX},
+    OpenApiParameter.PATH,
+    description="The agent session (1 to 128 characters).",
+)
+PREFIX_PARAMETER = OpenApiParameter(
+    "prefix",
+    {"type": "string", "pattern": r"^(cmt_)?[0-9a-f]{8}(_…?)?$"},
+    OpenApiParameter.PATH,
+    description="The token's prefix cmt_<lookup>_… or its 8-hex lookup.",
 )
 
 
@@ -126,6 +147,7 @@ class McpTokenCreateView(APIView):
     permission_classes = [IsBot]
 
     @extend_schema(
+        parameters=[SESSION_ID_PARAMETER],
         request=McpTokenCreateSerializer,
         responses={
             201: McpTokenIssuedSerializer,
@@ -183,6 +205,7 @@ class McpTokenRevokeView(APIView):
     permission_classes = [IsBot]
 
     @extend_schema(
+        parameters=[PREFIX_PARAMETER],
         request=None,
         responses={
             200: McpTokenRevokedSerializer,
