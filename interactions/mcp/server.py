@@ -52,7 +52,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from interactions.mcp import tokens, tools
+from interactions.mcp import calls, tokens, tools
 from interactions.models import McpToken
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class CancelledNotifications:
 
 def _cancel_call(token: McpToken, request_id) -> bool:
     try:
-        return tools.cancel_call(token, str(request_id))
+        return calls.cancel(token, str(request_id))
     finally:
         close_old_connections()
 

@@ -21,7 +21,7 @@ bounds (10–3600 s). A refused argument is a tool error naming the field, e.g.
 **Blocking calls** (`ask_user_questions`, `request_approval` when it asks) wait for the first
 answer up to the interaction's own timeout (`wait_for_final`: database polls woken through
 the channel layer, so an answer in any process is seen), reporting MCP progress every
-PROGRESS_EVERY seconds while they wait. When the call is cancelled (the client closes the
+`CARDLOOP_MCP_PROGRESS_SECONDS` (10 s) while they wait. When the call is cancelled (the client closes the
 request's response stream, disconnects, or sends `notifications/cancelled`) the question is
 withdrawn exactly as the cancel API does (`asks.cancel_ask` / `approvals.cancel`): the form
 or card shows it is no longer valid and panels are told.
@@ -41,6 +41,7 @@ from typing import Any
 
 import anyio
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.db import connection
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
@@ -49,7 +50,8 @@ from rest_framework import serializers
 from interactions import approvals, asks, channels
 from interactions.ask_views import NO_CHANNEL_ERROR, QuestionSerializer
 from interactions.interaction_views import wait_for_final
-from interactions.models import Interaction, McpCall, McpToken, ProgressSession
+from interactions.mcp import calls
+from interactions.models import Interaction, McpToken, ProgressSession
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +59,13 @@ ASK = "ask_user_questions"
 REQUEST_APPROVAL = "request_approval"
 CHECK_APPROVAL = "check_approval"
 
-#: Seconds between progress notifications of a waiting call.
-PROGRESS_EVERY = 10.0
+
+def progress_every() -> float:
+    """Seconds between progress notifications of a waiting call
+    (`CARDLOOP_MCP_PROGRESS_SECONDS`, default 10)."""
+    return max(0.1, float(settings.CARDLOOP_MCP_PROGRESS_SECONDS))
+
+
 #: Longest tool name an approval names (the Interaction column).
 TOOL_NAME_MAX = 128
 SUMMARY_MAX = 200
@@ -406,7 +413,7 @@ async def call_tool(
     cancellation propagates after the question was withdrawn.
 
     `rpc_request_id`: the JSON-RPC id of this call (kept in `McpCall` while it waits, so a
-    `notifications/cancelled` reaching another process can withdraw it). `progress(done,
+    `notifications/cancelled` reaching another process can withdraw it, `calls`). `progress(done,
     total, message)`: sends an MCP progress notification (seconds waited of the timeout)."""
     if name not in {spec.name for spec in tools_for(token)}:
         if name == ASK:
@@ -440,19 +447,6 @@ def _chat_of(token: McpToken) -> str:
     return session.chat_id if session is not None else ""
 
 
-def _remember_call(token: McpToken, rpc_request_id: str, interaction: Interaction) -> int | None:
-    if not rpc_request_id:
-        return None
-    return McpCall.objects.create(
-        token=token, rpc_request_id=rpc_request_id[:100], interaction_id=interaction.pk
-    ).pk
-
-
-def _forget_call(call_pk: int | None) -> None:
-    if call_pk is not None:
-        McpCall.objects.filter(pk=call_pk).delete()
-
-
 async def _wait(
     token: McpToken,
     public_id: str,
@@ -462,7 +456,7 @@ async def _wait(
     progress: Progress,
 ) -> dict | None:
     """Wait until `read(bot, public_id)["status"]` is final, reporting progress every
-    PROGRESS_EVERY seconds. Returns the last state."""
+    `progress_every()` seconds. Returns the last state."""
     started = time.monotonic()
     state = await _in_thread(read, token.bot, public_id)
     while state is not None and state["status"] == "pending":
@@ -470,7 +464,7 @@ async def _wait(
             await wait_for_final(
                 token.bot,
                 public_id,
-                PROGRESS_EVERY,
+                progress_every(),
                 state,
                 read_state=read,
                 expires_key=expires_key,
@@ -522,7 +516,7 @@ def _register_ask(token: McpToken, data: dict[str, Any], rpc_request_id: str):
         chat_id=token.chat_id,
         timeout_seconds=data.get("timeout_seconds"),
     )
-    return reg.ask, _remember_call(token, rpc_request_id, reg.ask)
+    return reg.ask, calls.remember(token, rpc_request_id, reg.ask)
 
 
 async def _ask(token: McpToken, data: dict[str, Any], rpc_request_id: str, progress) -> ToolResult:
@@ -541,7 +535,7 @@ async def _ask(token: McpToken, data: dict[str, Any], rpc_request_id: str, progr
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            await _in_thread(_forget_call, call_pk)
+            await _in_thread(calls.forget, call_pk)
     status = state["status"] if state else "cancelled"
     if status == "answered":
         return _ok({"answers": state["answers"]})
@@ -607,7 +601,7 @@ def _start_approval(token: McpToken, data: dict[str, Any], rpc_request_id: str):
     except approvals.SendFailed as exc:
         log.warning("mcp: approval %s: the card was not sent (code %s)", ia.public_id, exc.code)
         return ("done", _error(SEND_FAILED, {"error": "send_failed", "feishu_code": exc.code}))
-    return ("asked", ia, _remember_call(token, rpc_request_id, ia))
+    return ("asked", ia, calls.remember(token, rpc_request_id, ia))
 
 
 def _approval_result(ia: Interaction, rule=None) -> dict[str, Any]:
@@ -651,30 +645,8 @@ async def _request_approval(
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            await _in_thread(_forget_call, call_pk)
+            await _in_thread(calls.forget, call_pk)
     result = await _in_thread(_final_approval, token, ia.public_id)
     if result is None:
         return _error(APPROVAL_CANCELLED, {"decision": "cancelled", "interaction_id": ia.public_id})
     return _ok(result)
-
-
-def cancel_call(token: McpToken, rpc_request_id: str) -> bool:
-    """A `notifications/cancelled` for `rpc_request_id` of `token` (any process): withdraw the
-    question that call waits on, as the cancel API does. Only the token's own calls are
-    found. Returns True when something was withdrawn."""
-    call = (
-        McpCall.objects.select_related("interaction")
-        .filter(token=token, rpc_request_id=str(rpc_request_id)[:100])
-        .order_by("-id")
-        .first()
-    )
-    if call is None or call.interaction.is_final:
-        return False
-    ia = call.interaction
-    if ia.kind == Interaction.Kind.ASK:
-        outcome = asks.cancel_ask(ia)
-    else:
-        outcome = approvals.cancel(ia)
-    if outcome.won:
-        log.info("mcp: %s withdrawn by notifications/cancelled", ia.public_id)
-    return outcome.won

@@ -62,6 +62,7 @@ async def test_a_main_session_lists_three_tools_and_a_sub_agent_gets_no_ask_user
 
 
 async def test_an_ask_answered_by_a_signed_form_submit_returns_the_mapped_answers(live):
+    live.start("a", CARDLOOP_MCP_PROGRESS_SECONDS="0.3")
     session_row = await db(start_progress)(live.bot, "sess_card")
     issued = await issue_token(live.url, live.key, "sess_card")
     progress: list[float] = []
@@ -79,6 +80,11 @@ async def test_an_ask_answered_by_a_signed_form_submit_returns_the_mapped_answer
         await db(run_queue)()
         card_id = await db(card_of)(session_row)
         assert has_form(live.stub.cards[card_id.card_id].card)  # the form is on the card
+        for _ in range(100):  # the waiting call reports progress
+            if progress:
+                break
+            await asyncio.sleep(0.1)
+        assert progress and progress[0] > 0
         answer = await post_card_action(
             live.url,
             live.bot,

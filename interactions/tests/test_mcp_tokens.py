@@ -140,3 +140,32 @@ def test_approval_arguments_too_long_to_show_are_refused():
         tools.REQUEST_APPROVAL, {"tool": "bash", "summary": "s", "arguments": {"a": "x" * 4000}}
     )
     assert data is None and "arguments" in refused.text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("headers", "status", "error"),
+    [
+        ([(b"host", b"evil.example")], 400, "disallowed_host"),
+        ([(b"host", b"testserver"), (b"origin", b"https://evil.example")], 403, "forbidden_origin"),
+        ([(b"host", b"testserver")], 401, "invalid_token"),
+        (
+            [(b"host", b"testserver"), (b"authorization", b"Bearer cmt_12345678_x")],
+            401,
+            "invalid_token",
+        ),
+    ],
+)
+async def test_mcp_refuses_a_bad_host_a_foreign_origin_and_a_missing_token_as_json(
+    headers, status, error, settings
+):
+    from channels.testing import HttpCommunicator
+
+    from cardloop.asgi import application
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    communicator = HttpCommunicator(application, "POST", "/mcp", body=b"{}", headers=headers)
+    response = await communicator.get_response(timeout=10)
+    assert response["status"] == status
+    assert json.loads(response["body"])["error"] == error
+    assert dict(response["headers"])[b"content-type"] == b"application/json"
