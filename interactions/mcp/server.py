@@ -42,6 +42,7 @@ import logging
 import weakref
 from typing import Any
 
+import anyio
 import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -135,10 +136,13 @@ class CancelledNotifications:
             request = getattr(ctx, "request", None)
             token = request.scope.get(SCOPE_KEY) if request is not None else None
             if token is not None and isinstance(request_id, (str, int)):
-                try:
-                    await sync_to_async(_cancel_call, thread_sensitive=False)(token, request_id)
-                except Exception:  # noqa: BLE001 - a notification has nobody to answer
-                    log.warning("mcp: notifications/cancelled failed", exc_info=True)
+                # shielded: the transport answers a notification 202 at once and then tears
+                # its connection down, which would cancel this mid-query
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await sync_to_async(_cancel_call, thread_sensitive=False)(token, request_id)
+                    except Exception:  # noqa: BLE001 - a notification has nobody to answer
+                        log.warning("mcp: notifications/cancelled failed", exc_info=True)
         return await call_next(ctx)
 
 

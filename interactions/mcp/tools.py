@@ -42,7 +42,7 @@ from typing import Any
 import anyio
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
@@ -508,15 +508,18 @@ def _read_ask(bot, request_id: str) -> dict | None:
 
 
 def _register_ask(token: McpToken, data: dict[str, Any], rpc_request_id: str):
-    reg = asks.register_ask(
-        token.bot,
-        token.session_id,
-        questions=[dict(q, options=[dict(o) for o in q["options"]]) for q in data["questions"]],
-        requester_open_id=token.requester_open_id,
-        chat_id=token.chat_id,
-        timeout_seconds=data.get("timeout_seconds"),
-    )
-    return reg.ask, calls.remember(token, rpc_request_id, reg.ask)
+    """The ask and its `McpCall` commit together: a `notifications/cancelled` sent as soon as
+    the question is visible finds the call."""
+    with transaction.atomic():
+        reg = asks.register_ask(
+            token.bot,
+            token.session_id,
+            questions=[dict(q, options=[dict(o) for o in q["options"]]) for q in data["questions"]],
+            requester_open_id=token.requester_open_id,
+            chat_id=token.chat_id,
+            timeout_seconds=data.get("timeout_seconds"),
+        )
+        return reg.ask, calls.remember(token, rpc_request_id, reg.ask)
 
 
 async def _ask(token: McpToken, data: dict[str, Any], rpc_request_id: str, progress) -> ToolResult:
@@ -583,25 +586,28 @@ def _start_approval(token: McpToken, data: dict[str, Any], rpc_request_id: str):
         requester = session.requester_open_id if session is not None else ""
     if not requester:
         return ("done", _error(NO_REQUESTER, {"error": "requester_required"}))
-    ia, _created = approvals.create_interaction(
-        bot,
-        kind=Interaction.Kind.APPROVAL,
-        channel=channels.FEISHU,
-        chat_id=chat_id,
-        title=data["summary"],
-        body=_arguments_text(data.get("arguments") or {}) if data.get("arguments") else "",
-        tool=data["tool"],
-        requester_open_id=requester,
-        session_id=token.session_id,
-        always_scope=data.get("always_scope") or Interaction.Scope.SESSION,
-        timeout_seconds=data.get("timeout_seconds"),
-    )
+    with transaction.atomic():  # the interaction and its McpCall commit together
+        ia, _created = approvals.create_interaction(
+            bot,
+            kind=Interaction.Kind.APPROVAL,
+            channel=channels.FEISHU,
+            chat_id=chat_id,
+            title=data["summary"],
+            body=_arguments_text(data.get("arguments") or {}) if data.get("arguments") else "",
+            tool=data["tool"],
+            requester_open_id=requester,
+            session_id=token.session_id,
+            always_scope=data.get("always_scope") or Interaction.Scope.SESSION,
+            timeout_seconds=data.get("timeout_seconds"),
+        )
+        call_pk = calls.remember(token, rpc_request_id, ia)
     try:
-        ia = approvals.send_to_chat(ia)
+        ia = approvals.send_to_chat(ia)  # network I/O, outside the transaction
     except approvals.SendFailed as exc:
+        calls.forget(call_pk)
         log.warning("mcp: approval %s: the card was not sent (code %s)", ia.public_id, exc.code)
         return ("done", _error(SEND_FAILED, {"error": "send_failed", "feishu_code": exc.code}))
-    return ("asked", ia, calls.remember(token, rpc_request_id, ia))
+    return ("asked", ia, call_pk)
 
 
 def _approval_result(ia: Interaction, rule=None) -> dict[str, Any]:

@@ -191,7 +191,7 @@ async def test_a_cancelled_call_withdraws_the_form_from_the_card(live, modern):
             if ask.is_final:
                 break
             await asyncio.sleep(0.1)
-    assert ask.status == Interaction.Status.CANCELLED
+    assert ask.status == Interaction.Status.CANCELLED, live.daphnes.log("a")[-3000:]
     assert ask.resolution["reason"] == "cancelled"
     await db(run_queue)()
     assert not has_form(live.stub.cards[card.card_id].card)  # the card update reached Feishu
