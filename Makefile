@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 REQ_HASH := $(shell cat requirements.txt requirements-dev.txt | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-12)
 
-.PHONY: run test lint check venv clean messages
+.PHONY: run test lint check check-ts venv clean messages
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || (echo "Cardloop needs Python >= 3.11 (python3.11, python3.12 or python3.13 on PATH)." >&2; exit 1)
@@ -44,6 +44,10 @@ check: venv
 	DJANGO_DEBUG=false DJANGO_SECRET_KEY=ci-$$($(BIN)/python -c 'import secrets;print(secrets.token_urlsafe(50))') \
 	  DJANGO_ALLOWED_HOSTS=cardloop.example.com DJANGO_HSTS_SECONDS=31536000 DJANGO_SECURE_SSL_REDIRECT=true \
 	  $(BIN)/python manage.py check --deploy --fail-level WARNING
+
+## Types generated from /api/schema/ (openapi-typescript) type-check docs/typescript/example.ts (needs Node and npm)
+check-ts: venv
+	PYTHON=$(BIN)/python bash docs/typescript/check.sh
 
 ## Refresh every zh-hans catalogue from the code (each app's own, and locale/ for templates/,
 ## cardloop/ and plumbing/), keep translations of texts that moved between catalogues, compile.

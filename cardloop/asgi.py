@@ -1,5 +1,6 @@
 """ASGI entry point (Daphne): HTTP through Django (Feishu callbacks through
-`interactions.channels.feishu.asgi.LarkCallbackApp` in front of it), WebSockets through Channels.
+`interactions.channels.feishu.asgi.LarkCallbackApp` in front of it, the MCP tool server `/mcp`
+through `interactions.mcp.server.McpMount` in front of both), WebSockets through Channels.
 
 System checks run at import so a misconfigured production process (for example without a real
 secret key, `cardloop.E001`) refuses to start instead of serving.
@@ -22,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
 from cardloop.routing import websocket_urlpatterns  # noqa: E402
 from interactions.channels.feishu.asgi import LarkCallbackApp  # noqa: E402
+from interactions.mcp.server import mount as mount_mcp  # noqa: E402
 
 _errors = [m for m in checks.run_checks() if m.level >= checks.ERROR]
 if _errors:
@@ -58,7 +60,7 @@ class BrowserOriginValidator(OriginValidator):
 
 application = ProtocolTypeRouter(
     {
-        "http": LarkCallbackApp(django_asgi_app),
+        "http": mount_mcp(LarkCallbackApp(django_asgi_app)),
         "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -294,6 +294,8 @@ CARDLOOP_CALLBACK_THREADS = env.int("CARDLOOP_CALLBACK_THREADS", default=2 if IS
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).
 CARDLOOP_ASK_TIMEOUT = env.int("CARDLOOP_ASK_TIMEOUT", default=15 * 60)
+#: Seconds between MCP progress notifications of a tool call waiting for an answer.
+CARDLOOP_MCP_PROGRESS_SECONDS = env.float("CARDLOOP_MCP_PROGRESS_SECONDS", default=10.0)
 #: Question panels (`/ws/panel/`, interactions.panel_timing): seconds between presence refreshes of
 #: a process's live panels, seconds after which an unrefreshed presence counts as gone (a
 #: process that died), and seconds between each panel's resync with the database (missed or

@@ -280,3 +280,7 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
     @admin.display(description=_("tool lines"))
     def tool_lines_pretty(self, obj: ProgressSession):
         return _pre(obj.tool_lines)
+
+
+# MCP tokens of the /mcp tool server (read-only; revoke action).
+from interactions.mcp import admin as mcp_admin  # noqa: E402,F401

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from botadmin.models import Bot
+from botadmin.models import Bot, HashedToken, HashedTokenQuerySet
 from interactions.panel_timing import presence_ttl
 from plumbing.db.rows import insert_row, quoted_table
 from plumbing.workqueue import WorkItem, WorkStatus
@@ -759,3 +759,84 @@ class ProgressSession(models.Model):
     def shows_forms(self) -> bool:
         """Only a running session's card carries ask forms (terminal / recovering: none)."""
         return self.status == self.Status.RUNNING
+
+
+# ---------------------------------------------------------------------------------------------
+# MCP tokens (the `/mcp` tool server)
+# ---------------------------------------------------------------------------------------------
+
+
+class McpTokenQuerySet(HashedTokenQuerySet):
+    def usable(self, now=None):
+        """Tokens that still authenticate: not revoked and not past `expires_at`."""
+        return self.active().filter(expires_at__gt=now or timezone.now())
+
+
+class McpToken(HashedToken):
+    """A short-lived bearer token (`cmt_<lookup>_<secret>`, stored as SHA-256) that lets an
+    agent CLI reach the `/mcp` tool server as one agent session of one bot.
+
+    The bot backend issues it (`POST /api/v1/sessions/<session_id>/mcp-tokens` with its bot
+    key) and hands the URL and token to the CLI it starts; the CLI never holds the bot key.
+    Every tool call of the token acts for `bot` and `session_id` only. `chat_id` (or
+    `open_id`, a p2p session) and `requester_open_id` say where approvals go and who answers;
+    `subagent`, `project_key` and `workspace` decide the tool list by the rule of
+    `GET /api/v1/capabilities`. Refused once `expires_at` passed or `revoked_at` is set.
+    """
+
+    PREFIX_TAG = "cmt"
+
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="mcp_tokens", verbose_name=_("bot")
+    )
+    session_id = models.CharField(_("session_id"), max_length=128)
+    chat_id = models.CharField(_("chat_id"), max_length=64, blank=True, default="")
+    open_id = models.CharField(_("p2p open_id"), max_length=64, blank=True, default="")
+    requester_open_id = models.CharField(_("requester open_id"), max_length=64, blank=True)
+    subagent = models.BooleanField(_("sub-agent"), default=False)
+    project_key = models.CharField(_("project key"), max_length=300, blank=True, default="")
+    workspace = models.CharField(_("workspace"), max_length=1000, blank=True, default="")
+    expires_at = models.DateTimeField(_("expires at"))
+
+    objects = McpTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["bot", "session_id"], name="mcp_token_session")]
+        verbose_name = _("MCP token")
+        verbose_name_plural = _("MCP tokens")
+
+    def __str__(self) -> str:
+        # Never the open_ids: this string lands in audit entries and admin messages.
+        return f"cmt_{self.lookup}_… ({self.session_id[:40]})"
+
+    @property
+    def is_usable(self) -> bool:
+        return self.revoked_at is None and self.expires_at > timezone.now()
+
+
+class McpCall(models.Model):
+    """Which interaction a blocking MCP tool call of a token is waiting on, keyed by the
+    JSON-RPC request id the client gave that call.
+
+    A client on the initialize-handshake protocol cancels a call by POSTing
+    `notifications/cancelled` with that id; with several server processes that POST may
+    reach another process than the one holding the call, so the cancel finds the interaction
+    here (in any process) and withdraws it. Rows are deleted with their token."""
+
+    token = models.ForeignKey(
+        McpToken, on_delete=models.CASCADE, related_name="calls", verbose_name=_("MCP token")
+    )
+    rpc_request_id = models.CharField(_("JSON-RPC request id"), max_length=100)
+    interaction = models.ForeignKey(
+        Interaction, on_delete=models.CASCADE, related_name="+", verbose_name=_("interaction")
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["token", "rpc_request_id"], name="mcp_call_request")]
+        verbose_name = _("MCP call")
+        verbose_name_plural = _("MCP calls")
+
+    def __str__(self) -> str:
+        return f"{self.rpc_request_id} → {self.interaction_id}"

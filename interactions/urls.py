@@ -1,6 +1,6 @@
 """URL routes of the interactions app."""
 
-from django.urls import path
+from django.urls import include, path
 
 from interactions.api import asks as av
 from interactions.api import capabilities as caps
@@ -48,4 +48,6 @@ urlpatterns = [
     ),
     path("api/v1/asks/<str:request_id>", av.AskDetailView.as_view(), name="ask-detail"),
     path("api/v1/asks/<str:request_id>/cancel", av.AskCancelView.as_view(), name="ask-cancel"),
+    # The MCP tool server's session tokens (the server itself is mounted in cardloop.asgi)
+    path("", include("interactions.mcp.urls")),
 ]
