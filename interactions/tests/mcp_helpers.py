@@ -15,7 +15,7 @@ from channels.db import database_sync_to_async
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from interactions import asks
+from interactions.asks import progress
 from interactions.lark.signing import seal
 from interactions.models import Interaction, ProgressSession
 from interactions.tests.ask_helpers import CHAT, QUESTIONS, REQUESTER
@@ -104,7 +104,7 @@ def card_of(session):
 
 def start_progress(bot, session_id: str, *, requester: str = REQUESTER):
     """A running progress session whose card was sent (to the stub): asks can be shown."""
-    return asks.update_progress(
+    return progress.update_progress(
         bot,
         session_id,
         status="running",
