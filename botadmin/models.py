@@ -377,6 +377,9 @@ class WebhookDestination(models.Model):
         ("turn.completed", "turn.completed"),
         ("feedback.revised", "feedback.revised"),
         ("interaction.resolved", "interaction.resolved"),
+        ("review.completed", "review.completed"),
+        ("alert.fired", "alert.fired"),
+        ("alert.resolved", "alert.resolved"),
     ]
 
     name = models.CharField(_("name"), max_length=100, unique=True)
@@ -389,7 +392,10 @@ class WebhookDestination(models.Model):
     include_comment = models.BooleanField(
         _("include comment text"),
         default=False,
-        help_text=_("Send feedback comment text in feedback.revised. Off by default."),
+        help_text=_(
+            "Send feedback comment text in feedback.revised and review.completed (with the "
+            "reviewer's note). Off by default."
+        ),
     )
     secret_ref = models.CharField(_("secret ref"), max_length=80, blank=True, editable=False)
     previous_secret_ref = models.CharField(

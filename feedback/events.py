@@ -1,4 +1,5 @@
-"""Durable events (`turn.completed`, `feedback.revised`, `interaction.resolved`) and their feed.
+"""Durable events (`turn.completed`, `feedback.revised`, `interaction.resolved`, and the
+analytics events `review.completed`, `alert.fired`, `alert.resolved`) and their feed.
 
 `emit()` is called inside the transaction that records the fact, so the fact, its event row and
 its outbox rows commit together or not at all. The envelope
@@ -6,7 +7,8 @@ its outbox rows commit together or not at all. The envelope
 (`Event.body`); the outbox stores, per destination, either those same bytes or a variant that
 adds opted-in private fields, each variant serialized once at fan-out (`feedback.outbox`).
 
-Privacy: the comment text of a feedback revision is passed as `private={"comment": …}`. It never
+Privacy: the comment text of a feedback revision (and a reviewer's note) is passed as
+`private={"comment": …}` (`{"note": …}`). It never
 enters `Event.body` (so never the feed) and reaches only destinations with `include_comment`.
 The answer body is never part of any event.
 
@@ -37,13 +39,16 @@ from plumbing.db.rows import insert_row
 
 #: Private data keys accepted by `emit(private=…)` → the `WebhookDestination` flag that opts a
 #: destination in. Private values never reach `Event.body` or the feed.
-PRIVATE_FIELDS: dict[str, str] = {"comment": "include_comment"}
+PRIVATE_FIELDS: dict[str, str] = {"comment": "include_comment", "note": "include_comment"}
 
 #: Event types of the public feed (and of webhook subscriptions).
 FEED_TYPES: tuple[str, ...] = (
     Event.Type.TURN_COMPLETED,
     Event.Type.FEEDBACK_REVISED,
     Event.Type.INTERACTION_RESOLVED,
+    Event.Type.REVIEW_COMPLETED,
+    Event.Type.ALERT_FIRED,
+    Event.Type.ALERT_RESOLVED,
 )
 
 

@@ -126,6 +126,13 @@ class Delivery(models.Model):
     reasoning_effort = models.CharField(
         _("reasoning effort"), max_length=20, blank=True, default=""
     )
+    content_ref = models.URLField(
+        _("content link"),
+        max_length=500,
+        blank=True,
+        default="",
+        help_text=_("The backend's link to the answer (shown to reviewers); never the answer."),
+    )
     # Feedback
     feedback_shown = models.BooleanField(_("feedback shown"), default=False)
     feedback_reason = models.CharField(
@@ -371,6 +378,9 @@ class Event(models.Model):
         TURN_COMPLETED = "turn.completed", "turn.completed"
         FEEDBACK_REVISED = "feedback.revised", "feedback.revised"
         INTERACTION_RESOLVED = "interaction.resolved", "interaction.resolved"
+        REVIEW_COMPLETED = "review.completed", "review.completed"
+        ALERT_FIRED = "alert.fired", "alert.fired"
+        ALERT_RESOLVED = "alert.resolved", "alert.resolved"
         WEBHOOK_TEST = "webhook.test", "webhook.test"
 
     event_id = models.CharField(_("event id"), max_length=40, unique=True)
