@@ -50,9 +50,7 @@ class ReviewQueueForm(forms.ModelForm):
         keys = set()
         for outcome in value:
             if not isinstance(outcome, dict) or not isinstance(outcome.get("label"), str):
-                raise forms.ValidationError(
-                    _('Each outcome is {"key": "…", "label": "…"}.')
-                )
+                raise forms.ValidationError(_('Each outcome is {"key": "…", "label": "…"}.'))
             key = outcome.get("key")
             try:
                 OUTCOME_KEY(key if isinstance(key, str) else "")
@@ -116,7 +114,16 @@ class ReviewerAdmin(admin.ModelAdmin):
 class ReviewItemAdmin(ReadOnlyAdmin):
     """Progress at a glance; reviewers work at /review/. The comment is not shown here."""
 
-    list_display = ["id", "queue", "team", "status", "assigned_to", "claimed_by", "outcome", "completed_at"]
+    list_display = [
+        "id",
+        "queue",
+        "team",
+        "status",
+        "assigned_to",
+        "claimed_by",
+        "outcome",
+        "completed_at",
+    ]
     list_filter = ["queue", "status", "team"]
     fields = [
         "queue",
@@ -156,14 +163,44 @@ class AlertRuleForm(forms.ModelForm):
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
     form = AlertRuleForm
-    list_display = ["name", "enabled", "kind", "threshold", "window_minutes", "team", "bot", "muted_until", "open_alert"]
+    list_display = [
+        "name",
+        "enabled",
+        "kind",
+        "threshold",
+        "window_minutes",
+        "team",
+        "bot",
+        "muted_until",
+        "open_alert",
+    ]
     list_filter = ["enabled", "kind", "team"]
     actions = ["mute_hour", "mute_day", "unmute"]
     fieldsets = [
         (None, {"fields": ["name", "enabled"]}),
-        (_("What to watch"), {"fields": ["team", "bot", "kind", "threshold", "window_minutes", "min_ratings", "clear_margin"]}),
-        (_("Where to say it"), {"fields": ["notify_bot", "notify_chat", "muted_until"],
-                                "description": _("Alerts always go out as alert.fired / alert.resolved events; with a bot and a chat also as a Feishu card.")}),
+        (
+            _("What to watch"),
+            {
+                "fields": [
+                    "team",
+                    "bot",
+                    "kind",
+                    "threshold",
+                    "window_minutes",
+                    "min_ratings",
+                    "clear_margin",
+                ]
+            },
+        ),
+        (
+            _("Where to say it"),
+            {
+                "fields": ["notify_bot", "notify_chat", "muted_until"],
+                "description": _(
+                    "Alerts always go out as alert.fired / alert.resolved events; with a bot and a chat also as a Feishu card."
+                ),
+            },
+        ),
     ]
 
     @admin.display(description=_("open alert"), boolean=True)
@@ -192,6 +229,14 @@ class AlertRuleAdmin(admin.ModelAdmin):
 class AlertAdmin(ReadOnlyAdmin):
     """The alert history (also at /alerts/ for managers)."""
 
-    list_display = ["rule", "fired_at", "value", "threshold", "resolved_at", "resolved_value", "notice"]
+    list_display = [
+        "rule",
+        "fired_at",
+        "value",
+        "threshold",
+        "resolved_at",
+        "resolved_value",
+        "notice",
+    ]
     list_filter = ["rule", "notice"]
     date_hierarchy = "fired_at"

@@ -30,7 +30,9 @@ def format_figure(kind: str, value: float | None) -> str:
     return f"{value:.0f}"
 
 
-def dashboard_link(base_url: str, *, start: datetime, end: datetime, team_id, bot_app_id, kind) -> str:
+def dashboard_link(
+    base_url: str, *, start: datetime, end: datetime, team_id, bot_app_id, kind
+) -> str:
     """`<base>/dashboard/?from=…&to=…&tz=UTC[&team=…][&bot=…][&semantic=negative]`: the
     dashboard filtered to the rule's scope and the alert's window (negative ratings for the
     negative-count rules)."""
@@ -54,7 +56,9 @@ def alert_card(facts: dict[str, Any]) -> dict[str, Any]:
     """
     resolved = facts.get("resolved_at") is not None
     kind = facts["kind"]
-    title = (_("Resolved: %(rule)s") if resolved else _("Alert: %(rule)s")) % {"rule": facts["rule"]}
+    title = (_("Resolved: %(rule)s") if resolved else _("Alert: %(rule)s")) % {
+        "rule": facts["rule"]
+    }
     lines = [
         f"**{facts['kind_label']}**",
         _("Figure: **%(value)s** (threshold %(threshold)s) over the last %(minutes)d minutes")
@@ -63,7 +67,8 @@ def alert_card(facts: dict[str, Any]) -> dict[str, Any]:
             "threshold": format_figure(kind, facts["threshold"]),
             "minutes": facts["window_minutes"],
         },
-        _("Scope: %(scope)s · sample %(sample)d") % {"scope": facts["scope"], "sample": facts["sample"]},
+        _("Scope: %(scope)s · sample %(sample)d")
+        % {"scope": facts["scope"], "sample": facts["sample"]},
         _("Fired at %(time)s (UTC)") % {"time": facts["fired_at"].strftime("%Y-%m-%d %H:%M")},
     ]
     if resolved:

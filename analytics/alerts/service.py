@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 def scope_label(rule: AlertRule) -> str:
     """The watched scope in words: "team A · cli_x", "team A", "cli_x" or "all deliveries"."""
-    parts = [p for p in (rule.team.name if rule.team_id else "", rule.bot.app_id if rule.bot_id else "") if p]
+    parts = [
+        p
+        for p in (rule.team.name if rule.team_id else "", rule.bot.app_id if rule.bot_id else "")
+        if p
+    ]
     return " · ".join(parts) if parts else _("all deliveries")
 
 
@@ -231,7 +235,9 @@ def evaluate_all(now: datetime | None = None) -> dict[str, int]:
     """`evaluate_rule` for every enabled rule (the alert worker's tick); a rule that raises is
     logged and skipped. Returns `{"rules", "fired", "resolved"}` counts."""
     counts = {"rules": 0, "fired": 0, "resolved": 0}
-    for rule_id in AlertRule.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True):
+    for rule_id in (
+        AlertRule.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True)
+    ):
         counts["rules"] += 1
         try:
             action = evaluate_rule(rule_id, now=now)

@@ -158,13 +158,9 @@ class Alert(models.Model):
     )
     window_start = models.DateTimeField(_("window start"))
     window_end = models.DateTimeField(_("window end"))
-    notice = models.CharField(
-        _("card"), max_length=8, choices=Notice.choices, default=Notice.NONE
-    )
+    notice = models.CharField(_("card"), max_length=8, choices=Notice.choices, default=Notice.NONE)
     card_id = models.CharField(_("card_id"), max_length=64, blank=True, default="")
-    open_message_id = models.CharField(
-        _("open_message_id"), max_length=64, blank=True, default=""
-    )
+    open_message_id = models.CharField(_("open_message_id"), max_length=64, blank=True, default="")
     notice_error = models.CharField(_("card error"), max_length=200, blank=True, default="")
 
     class Meta:

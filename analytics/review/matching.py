@@ -27,12 +27,15 @@ def filter_errors(filters: Any) -> dict[str, list[str]]:
     """Problems of a queue filter as `{key: [message]}` (empty = valid): not an object, an
     unknown key, a value that is not text, or a value the analytics FilterSet refuses."""
     if not isinstance(filters, dict):
-        return {"filters": [_("The filter must be a JSON object such as {\"semantic\": \"negative\"}.")]}
+        return {
+            "filters": [_('The filter must be a JSON object such as {"semantic": "negative"}.')]
+        }
     errors: dict[str, list[str]] = {}
     for key, value in filters.items():
         if key not in QUEUE_FILTER_KEYS:
             errors[str(key)] = [
-                _("Unknown filter key; use one of: %(keys)s.") % {"keys": ", ".join(QUEUE_FILTER_KEYS)}
+                _("Unknown filter key; use one of: %(keys)s.")
+                % {"keys": ", ".join(QUEUE_FILTER_KEYS)}
             ]
         elif not isinstance(value, str) or not value.strip():
             errors[key] = [_("Use a non-empty text value.")]

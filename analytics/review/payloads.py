@@ -48,7 +48,9 @@ def item_view(item, queue, latest) -> dict[str, Any]:
             "delivery_id": delivery.delivery_id,
             "sent_at": delivery.created_at,
             "status": delivery.status,
-            "team": {"id": delivery.team_id, "name": delivery.team.name} if delivery.team_id else None,
+            "team": {"id": delivery.team_id, "name": delivery.team.name}
+            if delivery.team_id
+            else None,
             "bot": {"app_id": delivery.bot.app_id, "name": delivery.bot.name},
             "chat_id": delivery.chat.chat_id if delivery.chat_id else "",
             "model": delivery.model,
@@ -80,7 +82,9 @@ def item_view(item, queue, latest) -> dict[str, Any]:
     }
 
 
-def review_completed_payload(item, queue, latest, reviewer) -> tuple[dict[str, Any], dict[str, Any]]:
+def review_completed_payload(
+    item, queue, latest, reviewer
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(data, private)` of `review.completed`.
 
     data: item_id, queue {id, name}, delivery_id, bot_app_id, revision_id, semantic,

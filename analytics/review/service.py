@@ -186,7 +186,11 @@ def claim_next(queue: ReviewQueue, user, *, now: datetime | None = None) -> Revi
             .filter(queue=queue, team_id__in=teams)
             .filter(Q(assigned_to__isnull=True) | Q(assigned_to=user))
             .order_by(
-                Case(When(assigned_to=user, then=Value(0)), default=Value(1), output_field=IntegerField()),
+                Case(
+                    When(assigned_to=user, then=Value(0)),
+                    default=Value(1),
+                    output_field=IntegerField(),
+                ),
                 "queued_at",
                 "id",
             )
@@ -345,7 +349,9 @@ def assign_item(item_id: int, actor, assignee_username: str | None) -> ReviewIte
         if assignee_username:
             reviewer = (
                 Reviewer.objects.select_related("user")
-                .filter(team_id=item.team_id, user__username=assignee_username, user__is_active=True)
+                .filter(
+                    team_id=item.team_id, user__username=assignee_username, user__is_active=True
+                )
                 .first()
             )
             if reviewer is None:
@@ -401,7 +407,9 @@ def item_for(user, item_id: int) -> ReviewItem:
 # ---------------------------------------------------------------------------------------------
 
 
-def progress(queue: ReviewQueue, teams: frozenset[int], now: datetime | None = None) -> dict[str, Any]:
+def progress(
+    queue: ReviewQueue, teams: frozenset[int], now: datetime | None = None
+) -> dict[str, Any]:
     """`{"open", "in_review", "done", "total", "reviewers": [{"username", "done",
     "in_review"}]}` over the queue's items of `teams` (expired claims count as open)."""
     now = now or timezone.now()

@@ -15,7 +15,9 @@ class Command(BaseCommand):
     help = "Add the existing matching ratings to review queues (idempotent, with progress)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--queue", type=int, help="only this queue id (default: every enabled queue)")
+        parser.add_argument(
+            "--queue", type=int, help="only this queue id (default: every enabled queue)"
+        )
 
     def handle(self, *args, queue=None, **options):
         queues = ReviewQueue.objects.filter(enabled=True)
