@@ -41,9 +41,13 @@ class Command(BaseCommand):
         interval = settings.CARDLOOP_ALERT_INTERVAL if interval is None else interval
         if interval < 1:
             raise CommandError("--interval must be at least 1 second.")
+        if once:
+            one_pass()
+            self.stdout.write("alert_worker: one pass done")
+            return
         loop = WorkerLoop(one_pass, name="alert_worker", idle_sleep=interval)
         loop.install_signal_handlers()
         self.stdout.write(f"alert_worker: started (every {interval:g} s)")
         self.stdout.flush()
-        loop.run(once=once)
+        loop.run()
         self.stdout.write("alert_worker: stopped")
