@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 
 class AnalyticsConfig(AppConfig):
-    """Read-only analytics for managers: query layer, DRF API, dashboard, CSV."""
+    """Analytics for managers (query layer, DRF API, dashboard, CSV), review queues and alerts."""
 
     name = "analytics"
     verbose_name = _("Analytics")
@@ -11,8 +11,10 @@ class AnalyticsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_delete
 
-        from analytics import rollups
+        from analytics import demo, rollups
+        from botadmin.demo import register_seeder
 
         post_delete.connect(
             rollups.forget_team, sender="botadmin.Team", dispatch_uid="analytics.forget_team"
         )
+        register_seeder("analytics", demo.seed_demo)

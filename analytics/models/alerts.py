@@ -140,7 +140,7 @@ class Alert(models.Model):
     """One breach of a rule: fired once, resolved once (see the module docstring)."""
 
     class Notice(models.TextChoices):
-        NONE = "none", _("no chat configured")
+        NONE = "none", _("no card")
         PENDING = "pending", _("pending")
         SENT = "sent", _("sent")
         FAILED = "failed", _("failed")

@@ -34,6 +34,26 @@ DEFAULT_OUTCOMES = [
 ]
 
 
+#: The default outcomes' labels, translated: shown instead of the stored English label while a
+#: queue keeps it unchanged.
+DEFAULT_OUTCOME_LABELS = {
+    "confirmed_defect": _("Confirmed defect"),
+    "missing_context": _("Missing context"),
+    "model_error": _("Model error"),
+    "not_actionable": _("Not actionable"),
+    "feedback_wrong": _("Feedback was wrong"),
+}
+
+
+def outcome_label(key: str, stored: str) -> str:
+    """What people see for outcome `key` whose stored label is `stored`: the translation of a
+    default outcome's unchanged label, otherwise the label as ops staff wrote it."""
+    default = next((o["label"] for o in DEFAULT_OUTCOMES if o["key"] == key), None)
+    if default is not None and stored == default:
+        return str(DEFAULT_OUTCOME_LABELS[key])
+    return stored
+
+
 def default_outcomes() -> list[dict[str, str]]:
     return [dict(o) for o in DEFAULT_OUTCOMES]
 
@@ -130,11 +150,20 @@ class ReviewQueue(models.Model):
         return self.name
 
     def outcome_label(self, key: str) -> str:
-        """The label of outcome `key` ("" for an unknown key)."""
+        """The label of outcome `key` as stored ("" for an unknown key)."""
         for outcome in self.outcomes or []:
             if isinstance(outcome, dict) and outcome.get("key") == key:
                 return str(outcome.get("label") or key)
         return ""
+
+    def outcome_choices(self) -> list[dict[str, str]]:
+        """`[{"key", "label"}]` of the valid outcomes, labels in the active language where
+        they are the unchanged defaults."""
+        return [
+            {"key": str(o["key"]), "label": outcome_label(o["key"], str(o.get("label") or o["key"]))}
+            for o in self.outcomes or []
+            if isinstance(o, dict) and isinstance(o.get("key"), str) and o["key"]
+        ]
 
 
 class ReviewItemQuerySet(models.QuerySet):

@@ -50,11 +50,7 @@ def queue_dict(queue, teams, now) -> dict:
         "name": queue.name,
         "description": queue.description,
         "filters": queue.filters or {},
-        "outcomes": [
-            {"key": str(o.get("key")), "label": str(o.get("label") or o.get("key"))}
-            for o in queue.outcomes or []
-            if isinstance(o, dict) and o.get("key")
-        ],
+        "outcomes": queue.outcome_choices(),
         "claim_minutes": queue.claim_minutes,
         "progress": service.progress(queue, teams, now),
     }

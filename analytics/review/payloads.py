@@ -38,11 +38,7 @@ def item_view(item, queue, latest) -> dict[str, Any]:
         "queue": {
             "id": queue.pk,
             "name": queue.name,
-            "outcomes": [
-                {"key": str(o.get("key")), "label": str(o.get("label") or o.get("key"))}
-                for o in queue.outcomes or []
-                if isinstance(o, dict) and o.get("key")
-            ],
+            "outcomes": queue.outcome_choices(),
         },
         "delivery": {
             "delivery_id": delivery.delivery_id,

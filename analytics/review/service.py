@@ -95,7 +95,7 @@ def fill_queue(
     now = now or timezone.now()
     if since is _AUTO:
         since = queue.filled_until - FILL_OVERLAP if queue.filled_until else None
-    candidates = missing_ratings(queue, since).filter(updated_at__lte=now)
+    candidates = missing_ratings(queue, since)
     added = 0
     last_id = 0
     while True:

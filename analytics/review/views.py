@@ -27,6 +27,7 @@ def _strings() -> dict[str, str]:
         "claimed_until": _("Claimed until %(time)s"),
         "done": _("Recorded: %(outcome)s"),
         "assigned": _("Assigned to %(user)s"),
+        "progress": _("%(open)s open · %(in_review)s in review · %(done)s done"),
     }
 
 

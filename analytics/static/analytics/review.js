@@ -55,8 +55,7 @@
       var p = q.progress;
       var el = $("progress");
       el.dataset.open = p.open; el.dataset.inReview = p.in_review; el.dataset.done = p.done;
-      el.textContent = p.open + " · " + p.in_review + " · " + p.done;
-      el.title = "open · in review · done";
+      el.textContent = fmt(T.progress, { open: p.open, in_review: p.in_review, done: p.done });
     });
   }
 
@@ -121,26 +120,28 @@
 
   function next() {
     document.body.dataset.state = "loading";
-    return call("POST", config.api.claim).then(function (data) { render(data.item); })
-      .then(refreshProgress).catch(showError);
+    return call("POST", config.api.claim).then(function (data) {
+      return refreshProgress().then(function () { render(data.item); });
+    }).catch(showError);
   }
 
   function complete(outcome) {
     if (!current || document.body.dataset.state !== "item") { return; }
     setButtons(true);
+    document.body.dataset.state = "loading";
     call("POST", config.api.complete.replace("{id}", current.id), {
       outcome: outcome.key, note: $("note").value, external_link: $("link").value
-    }).then(function () {
+    }).then(refreshProgress).then(function () {
       $("i-claim").textContent = fmt(T.done, { outcome: outcome.label });
       $("skip").hidden = true; $("next").hidden = false; $("next").disabled = false;
       document.body.dataset.state = "done";
-      return refreshProgress();
     }).catch(function (err) { setButtons(false); showError(err); document.body.dataset.state = "item"; });
   }
 
   function skip() {
     if (!current || document.body.dataset.state !== "item") { return; }
     setButtons(true);
+    document.body.dataset.state = "loading";
     call("POST", config.api.skip.replace("{id}", current.id)).then(next).catch(showError);
   }
 
