@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -108,10 +109,20 @@ class QueueDetailView(ReviewAPIView):
         return Response(QueueSerializer(queue_dict(queue, teams, now)).data)
 
 
+ASSIGNED = OpenApiParameter(
+    "assigned",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    enum=["me"],
+    description=_("`me`: only items assigned to the caller."),
+)
+
+
 @extend_schema(
     tags=["review"],
     summary="Claim the next item (with the rater's comment; audited)",
     request=None,
+    parameters=[ASSIGNED],
     responses={200: ClaimSerializer, **ERRORS},
 )
 class ClaimView(ReviewAPIView):
@@ -119,8 +130,13 @@ class ClaimView(ReviewAPIView):
     comment (an audit entry per call); `{"item": null}` when nothing is left for them."""
 
     def post(self, request, queue_id: int):
+        assigned = request.query_params.get("assigned") or ""
+        if assigned not in ("", "me"):
+            raise ApiError(
+                "invalid_request", {"assigned": [str(_("Use assigned=me or leave it out."))]}
+            )
         queue, _teams = service.queue_for(request.user, queue_id)
-        item = service.claim_next(queue, request.user)
+        item = service.claim_next(queue, request.user, assigned_only=assigned == "me")
         view = service.view_item(item, request.user) if item is not None else None
         return Response(ClaimSerializer({"item": view}).data)
 

@@ -162,12 +162,15 @@ def queue_for(user, queue_id: int) -> tuple[ReviewQueue, frozenset[int]]:
     return queue, covered
 
 
-def claim_next(queue: ReviewQueue, user, *, now: datetime | None = None) -> ReviewItem | None:
+def claim_next(
+    queue: ReviewQueue, user, *, now: datetime | None = None, assigned_only: bool = False
+) -> ReviewItem | None:
     """The next item of `queue` for `user`, claimed until now + `queue.claim_minutes`, or None
     when nothing is left for them. Raises ReviewError 404 if they review none of its teams.
 
     Order: their own live claim first (a reload resumes it), then items assigned to them, then
     the line (`queued_at`, id). Claimable: open items, and claimed items whose claim expired.
+    `assigned_only`: only items assigned to `user`.
     """
     now = now or timezone.now()
     queue, teams = queue_for(user, queue.pk)
@@ -184,7 +187,11 @@ def claim_next(queue: ReviewQueue, user, *, now: datetime | None = None) -> Revi
         candidates = (
             ReviewItem.objects.claimable(now)
             .filter(queue=queue, team_id__in=teams)
-            .filter(Q(assigned_to__isnull=True) | Q(assigned_to=user))
+            .filter(
+                Q(assigned_to=user)
+                if assigned_only
+                else Q(assigned_to__isnull=True) | Q(assigned_to=user)
+            )
             .order_by(
                 Case(
                     When(assigned_to=user, then=Value(0)),

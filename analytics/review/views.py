@@ -1,5 +1,5 @@
 """The reviewer's pages: `/review/` (queues of my teams with progress) and
-`/review/<queue_id>/` (work through a queue). Thin: the work page reads and writes through the
+`/review/<queue_id>/[?assigned=me]` (work through a queue, or only the items assigned to me). Thin: the work page reads and writes through the
 review API (`/api/v1/review/…`), so the page and scripts behave the same, and the comment is
 shown (and audited) only through it."""
 
@@ -74,4 +74,9 @@ def work(request, queue_id: int):
         "language": request.LANGUAGE_CODE,
         "strings": _strings(),
     }
-    return render(request, "analytics/review_work.html", {"queue": queue, "config": config})
+    assigned_only = request.GET.get("assigned") == "me"
+    return render(
+        request,
+        "analytics/review_work.html",
+        {"queue": queue, "config": config, "assigned_only": assigned_only},
+    )

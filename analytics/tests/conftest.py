@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 import pytest
 from django.db import transaction
 
+from analytics.tests.test_dashboard_browser import browser  # noqa: F401 - the Chromium fixture
+
 SNAPSHOT = {
     "enabled": True,
     "buttons": [

@@ -398,3 +398,24 @@ def test_two_reviewers_claiming_at_once_never_get_the_same_item_on_postgresql(
     assert len(set(every)) == 2 * rounds  # no item went to both reviewers
     for a, b in zip(claimed[0], claimed[1], strict=True):
         assert a != b
+
+
+def test_assigned_me_claims_only_the_callers_assigned_items(
+    world, negative, make_queue, reviewer_of, api
+):
+    negative(), negative()
+    queue = make_queue(world.team_a)
+    service.fill_queue(queue)
+    ann = reviewer_of(world.team_a, username="ann")
+    later = ReviewItem.objects.order_by("-queued_at", "-id").first()
+    service.assign_item(later.pk, ann, "ann")
+    client = api(ann)
+    mine = client.post(f"/api/v1/review/queues/{queue.pk}/claim?assigned=me").json()["item"]
+    assert mine["id"] == later.pk and mine["assigned_to"] == "ann"
+    service.complete_item(later.pk, ann, outcome="model_error")
+    assert client.post(f"/api/v1/review/queues/{queue.pk}/claim?assigned=me").json() == {
+        "item": None
+    }
+    refused = client.post(f"/api/v1/review/queues/{queue.pk}/claim?assigned=everyone")
+    assert refused.status_code == 400 and "assigned" in refused.json()["detail"]
+    assert "?assigned=me" in client.get(f"/review/{queue.pk}/").content.decode()

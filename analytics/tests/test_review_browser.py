@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from analytics.models import Alert, ReviewItem
-from analytics.tests.test_dashboard_browser import ARTIFACTS, browser  # noqa: F401 - fixture
+from analytics.tests.test_dashboard_browser import ARTIFACTS
 from botadmin.models import TeamMembership
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -43,7 +43,12 @@ def review_world(world, make_delivery, rate, make_queue, reviewer_of):
     [("en-US", "Nothing left to review", "Model error"), ("zh-CN", "没有需要你审阅的", "模型错误")],
 )
 def test_a_reviewer_claims_records_outcomes_by_click_and_key_and_reaches_the_end(
-    live_server, review_world, browser, locale, empty_text, outcome_label  # noqa: F811
+    live_server,
+    review_world,
+    browser,
+    locale,
+    empty_text,
+    outcome_label,
 ):
     queue = review_world
     context = browser.new_context(locale=locale, viewport={"width": 1300, "height": 1000})
@@ -54,6 +59,8 @@ def test_a_reviewer_claims_records_outcomes_by_click_and_key_and_reaches_the_end
     page.wait_for_selector("body[data-state=item]", timeout=20_000)
     first = page.get_attribute("#item", "data-item")
     assert COMMENT in page.inner_text("#i-comment")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"review-item-{locale}.png"), full_page=True)
     assert page.inner_text("#i-skill") == "search"
     labels = page.eval_on_selector_all("#outcomes button", "bs => bs.map(b => b.textContent)")
     assert any(outcome_label in label for label in labels)
@@ -61,15 +68,21 @@ def test_a_reviewer_claims_records_outcomes_by_click_and_key_and_reaches_the_end
     page.click("#outcomes button[data-outcome=model_error]")
     page.wait_for_selector("body[data-state=done]", timeout=20_000)
     page.keyboard.press("n")
-    page.wait_for_function(f"document.querySelector('#item').dataset.item !== '{first}' && document.body.dataset.state === 'item'")
+    page.wait_for_function(
+        f"document.querySelector('#item').dataset.item !== '{first}' && document.body.dataset.state === 'item'"
+    )
     second = page.get_attribute("#item", "data-item")
     # a digit records that outcome (1 = the first one), s skips
     page.keyboard.press("1")
     page.wait_for_selector("body[data-state=done]", timeout=20_000)
     page.keyboard.press("n")
-    page.wait_for_function(f"document.querySelector('#item').dataset.item !== '{second}' && document.body.dataset.state === 'item'")
+    page.wait_for_function(
+        f"document.querySelector('#item').dataset.item !== '{second}' && document.body.dataset.state === 'item'"
+    )
     page.keyboard.press("s")
-    page.wait_for_function("document.body.dataset.state === 'item'")  # the skipped one again: it is the last
+    page.wait_for_function(
+        "document.body.dataset.state === 'item'"
+    )  # the skipped one again: it is the last
     page.fill("#note", "checked against the runbook")
     page.click("#outcomes button[data-outcome=not_actionable]")
     page.wait_for_selector("body[data-state=done]", timeout=20_000)
@@ -96,7 +109,9 @@ def zoned_manager(world, django_user_model):
 
 
 def test_the_dashboard_reports_in_the_browsers_zone_without_tz_in_the_url(
-    live_server, zoned_manager, browser  # noqa: F811
+    live_server,
+    zoned_manager,
+    browser,
 ):
     context = browser.new_context(locale="en-US", timezone_id="America/New_York")
     page = context.new_page()
@@ -120,7 +135,9 @@ def demo(settings):
 
 
 def test_the_demo_shows_figures_a_review_queue_and_an_alert_after_seeding(
-    live_server, demo, browser  # noqa: F811
+    live_server,
+    demo,
+    browser,
 ):
     context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1600})
     page = context.new_page()

@@ -2,7 +2,7 @@
  *
  * Everything goes through the review API (/api/v1/review/...): the page holds no state of its
  * own beyond the item on screen. Keyboard: 1–9 record that outcome, s skips, n claims the next
- * item. <body data-state> is "loading", "item" (an item is shown), "done" (its outcome was
+ * item; `?assigned=me` in the URL takes only items assigned to me. <body data-state> is "loading", "item" (an item is shown), "done" (its outcome was
  * recorded), "empty" (nothing left) or "error".
  */
 (function () {
@@ -118,9 +118,13 @@
     document.querySelectorAll("#outcome-form button").forEach(function (b) { b.disabled = disabled; });
   }
 
+  /* Filters of the page's URL: `assigned=me` takes only items assigned to me. */
+  var onlyMine = new URLSearchParams(window.location.search).get("assigned") === "me";
+  var claimPath = config.api.claim + (onlyMine ? "?assigned=me" : "");
+
   function next() {
     document.body.dataset.state = "loading";
-    return call("POST", config.api.claim).then(function (data) {
+    return call("POST", claimPath).then(function (data) {
       return refreshProgress().then(function () { render(data.item); });
     }).catch(showError);
   }
