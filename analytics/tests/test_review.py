@@ -324,7 +324,7 @@ def test_progress_counts_open_in_review_done_and_each_reviewer(
 
 
 def test_the_comment_never_appears_in_the_drill_down_csv_feed_audit_or_logs(
-    world, make_delivery, rate, make_queue, reviewer_of, api, superuser, caplog
+    world, make_delivery, rate, make_queue, reviewer_of, api, superuser, caplog, make_api_key
 ):
     caplog.set_level(logging.DEBUG)
     plain = WebhookDestination.objects.create(
@@ -352,7 +352,14 @@ def test_the_comment_never_appears_in_the_drill_down_csv_feed_audit_or_logs(
         admin.get(f"/api/v1/analytics/deliveries.csv?{query}").streaming_content
     ).decode()
     assert delivery.delivery_id in csv
-    events = [e.body for e in Event.objects.all()] + [o.body for o in OutboxItem.objects.all()]
+    raw_key, _key = make_api_key(world.bot)
+    feed_client = api()
+    feed_client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+    feed = feed_client.get("/api/v1/events").content.decode()
+    assert "review.completed" in feed
+    events = (
+        [feed] + [e.body for e in Event.objects.all()] + [o.body for o in OutboxItem.objects.all()]
+    )
     assert any("review.completed" in body for body in events)
     audit = json.dumps([[a.before, a.after, a.target_repr] for a in AuditEntry.objects.all()])
     logs = caplog.text
