@@ -78,6 +78,12 @@ class ReviewQueueAdmin(admin.ModelAdmin):
     filter_horizontal = ["teams"]
     actions = ["backfill"]
 
+    def save_model(self, request, obj, form, change):
+        """Saved with its teams in `save_related` (one audited service call)."""
+
+    def save_related(self, request, form, formsets, change):
+        review.save_queue(request.user, form.instance, form.cleaned_data["teams"])
+
     @admin.display(description=_("teams"))
     def team_names(self, obj):
         return ", ".join(obj.teams.values_list("name", flat=True))
@@ -108,6 +114,19 @@ class ReviewerAdmin(admin.ModelAdmin):
     list_filter = ["team"]
     autocomplete_fields = ["user"]
     search_fields = ["user__username", "team__name"]
+
+    def has_change_permission(self, request, obj=None):
+        return False  # add or remove a permission; never move it to another user or team
+
+    def save_model(self, request, obj, form, change):
+        review.add_reviewer(request.user, obj)
+
+    def delete_model(self, request, obj):
+        review.remove_reviewer(request.user, obj)
+
+    def delete_queryset(self, request, queryset):
+        for reviewer in queryset:
+            review.remove_reviewer(request.user, reviewer)
 
 
 @admin.register(ReviewItem)
@@ -202,6 +221,9 @@ class AlertRuleAdmin(admin.ModelAdmin):
             },
         ),
     ]
+
+    def save_model(self, request, obj, form, change):
+        alerts.save_rule(request.user, obj)
 
     @admin.display(description=_("open alert"), boolean=True)
     def open_alert(self, obj):

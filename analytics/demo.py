@@ -31,6 +31,8 @@ from analytics.models import Alert, AlertRule, Reviewer, ReviewQueue
 from analytics.review import service as review
 from botadmin.models import Bot, Chat, Team
 
+#: Who the audit log names for the demo's queue, reviewers and rule.
+ACTOR = "seed_demo"
 DEMO_DELIVERIES = 3000
 DEMO_DAYS = 30
 DEMO_SEED = 11
@@ -81,15 +83,18 @@ def _history(say) -> None:
 
 
 def _queue(say) -> ReviewQueue:
-    queue, created = ReviewQueue.objects.get_or_create(
-        name=QUEUE_NAME,
-        defaults={
-            "description": "Demo: every negative rating of the seed teams.",
-            "filters": {"semantic": "negative"},
-        },
-    )
+    queue = ReviewQueue.objects.filter(name=QUEUE_NAME).first()
+    created = queue is None
     if created:
-        queue.teams.set(Team.objects.filter(name__in=seed.TEAMS))
+        queue = review.save_queue(
+            ACTOR,
+            ReviewQueue(
+                name=QUEUE_NAME,
+                description="Demo: every negative rating of the seed teams.",
+                filters={"semantic": "negative"},
+            ),
+            Team.objects.filter(name__in=seed.TEAMS),
+        )
     say(f"review queue {QUEUE_NAME!r}: {'created' if created else 'exists, left as is'}")
     return queue
 
@@ -103,23 +108,31 @@ def _reviewer(say) -> None:
         return
     created = 0
     for team in Team.objects.filter(name__in=seed.TEAMS):
-        created += Reviewer.objects.get_or_create(team=team, user=user)[1]
-    say(f"demo reviewer 'admin' of the seed teams: {'created' if created else 'exists, left as is'}")
+        if not Reviewer.objects.filter(team=team, user=user).exists():
+            review.add_reviewer(ACTOR, Reviewer(team=team, user=user))
+            created += 1
+    say(
+        f"demo reviewer 'admin' of the seed teams: {'created' if created else 'exists, left as is'}"
+    )
 
 
 def _rule(say) -> None:
-    rule, created = AlertRule.objects.get_or_create(
-        name=RULE_NAME,
-        defaults={
-            "kind": AlertRule.Kind.POSITIVE_RATE_BELOW,
-            "threshold": 40,
-            "window_minutes": 24 * 60,
-            "min_ratings": 30,
-            "clear_margin": 15,
-            "notify_bot": Bot.objects.filter(app_id="cli_demo_bot").first(),
-            "notify_chat": Chat.objects.filter(chat_id="oc_demo_team_chat").first(),
-        },
-    )
+    rule = AlertRule.objects.filter(name=RULE_NAME).first()
+    created = rule is None
+    if created:
+        rule = alerts.save_rule(
+            ACTOR,
+            AlertRule(
+                name=RULE_NAME,
+                kind=AlertRule.Kind.POSITIVE_RATE_BELOW,
+                threshold=40,
+                window_minutes=24 * 60,
+                min_ratings=30,
+                clear_margin=15,
+                notify_bot=Bot.objects.filter(app_id="cli_demo_bot").first(),
+                notify_chat=Chat.objects.filter(chat_id="oc_demo_team_chat").first(),
+            ),
+        )
     say(f"alert rule {RULE_NAME!r}: {'created' if created else 'exists, left as is'}")
     if Alert.objects.filter(rule=rule).exists():
         return

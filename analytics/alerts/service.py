@@ -266,6 +266,36 @@ def replay(rule_id: int, *, start: datetime, end: datetime, step: timedelta) -> 
     return counts
 
 
+def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
+    """The audit form of a rule: every setting (ids for team, bot and chat)."""
+    return {
+        "name": rule.name,
+        "enabled": rule.enabled,
+        "team": rule.team_id,
+        "bot": rule.bot_id,
+        "kind": rule.kind,
+        "threshold": rule.threshold,
+        "window_minutes": rule.window_minutes,
+        "min_ratings": rule.min_ratings,
+        "clear_margin": rule.clear_margin,
+        "notify_bot": rule.notify_bot_id,
+        "notify_chat": rule.notify_chat_id,
+        "muted_until": rule.muted_until.isoformat() if rule.muted_until else None,
+    }
+
+
+def save_rule(actor: Any, rule: AlertRule) -> AlertRule:
+    """Create or change `rule` (values validated by the caller, `AlertRule.clean`) with an
+    audit entry (`alert_rule.created` / `.changed`) in one transaction."""
+    with transaction.atomic():
+        stored = AlertRule.objects.filter(pk=rule.pk).first() if rule.pk else None
+        before = rule_snapshot(stored) if stored else None
+        rule.save()
+        action = "alert_rule.created" if before is None else "alert_rule.changed"
+        audit.record(actor, action, rule, before, rule_snapshot(rule))
+    return rule
+
+
 def mute_rule(rule: AlertRule, *, until: datetime | None, actor: Any) -> AlertRule:
     """Mute `rule` until `until` (None: unmute), audited as `alert_rule.muted` /
     `alert_rule.unmuted`."""

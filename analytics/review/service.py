@@ -61,6 +61,68 @@ class ReviewError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
+# Configuration (admin), audited
+# ---------------------------------------------------------------------------------------------
+
+
+def queue_snapshot(queue: ReviewQueue) -> dict[str, Any]:
+    """The audit form of a queue: every setting, teams as ids."""
+    data = {
+        "name": queue.name,
+        "enabled": queue.enabled,
+        "filters": queue.filters,
+        "outcomes": queue.outcomes,
+        "claim_minutes": queue.claim_minutes,
+    }
+    if queue.pk:
+        data["teams"] = sorted(queue.teams.values_list("pk", flat=True))
+    return data
+
+
+def save_queue(actor, queue: ReviewQueue, teams) -> ReviewQueue:
+    """Create or change `queue` (its field values as the caller set them) and its teams, in one
+    transaction with an audit entry (`review_queue.created` / `.changed`). The caller has
+    validated the values (`ReviewQueueForm`)."""
+    with transaction.atomic():
+        stored = ReviewQueue.objects.filter(pk=queue.pk).first() if queue.pk else None
+        before = queue_snapshot(stored) if stored else None
+        queue.save()
+        queue.teams.set(teams)
+        action = "review_queue.created" if before is None else "review_queue.changed"
+        audit.record(actor, action, queue, before, queue_snapshot(queue))
+    return queue
+
+
+def add_reviewer(actor, reviewer: Reviewer) -> Reviewer:
+    """Grant the reviewer permission (`reviewer.added`, audited): the user may then read the
+    comments of the team's review items."""
+    with transaction.atomic():
+        reviewer.save()
+        audit.record(
+            actor,
+            "reviewer.added",
+            reviewer,
+            None,
+            {"team": reviewer.team_id, "user": reviewer.user_id},
+        )
+    return reviewer
+
+
+def remove_reviewer(actor, reviewer: Reviewer) -> None:
+    """Withdraw the reviewer permission (`reviewer.removed`, audited). Their live claims stay
+    until they expire; they can no longer claim, read or complete."""
+    with transaction.atomic():
+        audit.record(
+            actor,
+            "reviewer.removed",
+            reviewer,
+            {"team": reviewer.team_id, "user": reviewer.user_id},
+            None,
+        )
+        reviewer.delete()
+
+
+# ---------------------------------------------------------------------------------------------
 # Filling
 # ---------------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from django.utils import timezone
 
-from analytics.models import AlertRule, ReviewQueue
+from analytics.models import AlertRule, Reviewer, ReviewQueue
 from analytics.review import service
 from botadmin.models import AuditEntry
 
@@ -57,6 +57,33 @@ def test_a_queue_is_saved_with_a_valid_filter(client, superuser, world):
     assert response.status_code == 302, response.content.decode()[:3000]
     queue = ReviewQueue.objects.get(name="Negatives")
     assert list(queue.teams.all()) == [world.team_a]
+    entry = AuditEntry.objects.get(action="review_queue.created", target_id=str(queue.pk))
+    assert entry.actor == superuser and entry.after["teams"] == [world.team_a.id]
+    form = _queue_form(world, filters=json.dumps({"semantic": "negative", "reason": "too_slow"}))
+    client.post(f"/admin/analytics/reviewqueue/{queue.pk}/change/", form)
+    change = AuditEntry.objects.get(action="review_queue.changed", target_id=str(queue.pk))
+    assert change.before["filters"] == {"semantic": "negative"}
+    assert change.after["filters"] == {"semantic": "negative", "reason": "too_slow"}
+
+
+def test_granting_and_withdrawing_the_reviewer_permission_is_audited(
+    client, superuser, world, django_user_model
+):
+    user = django_user_model.objects.create_user("ann", password="pw-tests-only")
+    client.force_login(superuser)
+    response = client.post(
+        "/admin/analytics/reviewer/add/",
+        {"team": str(world.team_a.id), "user": str(user.id), "_save": "Save"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    reviewer = Reviewer.objects.get(user=user)
+    assert AuditEntry.objects.filter(action="reviewer.added", target_id=str(reviewer.pk)).exists()
+    client.post(
+        "/admin/analytics/reviewer/",
+        {"action": "delete_selected", "_selected_action": [str(reviewer.pk)], "post": "yes"},
+    )
+    assert not Reviewer.objects.exists()
+    assert AuditEntry.objects.filter(action="reviewer.removed", target_id=str(reviewer.pk)).exists()
 
 
 @pytest.mark.parametrize(
@@ -103,6 +130,28 @@ def test_an_alert_rule_with_a_bot_but_no_chat_is_refused(client, superuser, worl
     errors = response.context["adminform"].form.errors
     assert "notify_chat" in errors and "threshold" in errors
     assert not AlertRule.objects.exists()
+
+
+def test_an_alert_rule_saved_in_the_admin_is_audited(client, superuser, world):
+    client.force_login(superuser)
+    response = client.post(
+        "/admin/analytics/alertrule/add/",
+        {
+            "name": "r",
+            "enabled": "on",
+            "team": str(world.team_a.id),
+            "kind": "positive_rate_below",
+            "threshold": "60",
+            "window_minutes": "60",
+            "min_ratings": "20",
+            "clear_margin": "5",
+            "_save": "Save",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    rule = AlertRule.objects.get(name="r")
+    entry = AuditEntry.objects.get(action="alert_rule.created", target_id=str(rule.pk))
+    assert entry.after["threshold"] == 60 and entry.after["team"] == world.team_a.id
 
 
 def test_muting_and_unmuting_from_the_action_menu_is_audited(client, superuser):
