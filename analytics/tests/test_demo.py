@@ -70,3 +70,14 @@ def test_seed_demo_builds_a_history_a_queue_and_an_alert_once_and_fast():
     call_command("seed_demo", stdout=again)
     assert _counts() == before
     assert "3000 deliveries exist, left as is" in again.getvalue()
+
+
+@pytest.mark.django_db
+@override_settings(DEBUG=True)
+def test_the_seeders_reset_also_removes_the_demo_queues_items():
+    call_command("seed_demo", stdout=io.StringIO())
+    assert ReviewItem.objects.exists()
+    deleted = seed.reset()
+    assert deleted["analytics.ReviewItem"] > 0
+    assert seed.seed_delivery_count() == 0 and not ReviewItem.objects.exists()
+    assert ReviewQueue.objects.filter(name=demo.QUEUE_NAME).exists()  # the queue itself stays
