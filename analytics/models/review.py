@@ -160,7 +160,10 @@ class ReviewQueue(models.Model):
         """`[{"key", "label"}]` of the valid outcomes, labels in the active language where
         they are the unchanged defaults."""
         return [
-            {"key": str(o["key"]), "label": outcome_label(o["key"], str(o.get("label") or o["key"]))}
+            {
+                "key": str(o["key"]),
+                "label": outcome_label(o["key"], str(o.get("label") or o["key"])),
+            }
             for o in self.outcomes or []
             if isinstance(o, dict) and isinstance(o.get("key"), str) and o["key"]
         ]
