@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 
 class AnalyticsConfig(AppConfig):
-    """Read-only analytics for managers: query layer, DRF API, dashboard, CSV."""
+    """Analytics for managers (query layer, DRF API, dashboard, CSV), review queues and alerts."""
 
     name = "analytics"
     verbose_name = _("Analytics")
@@ -12,8 +12,11 @@ class AnalyticsConfig(AppConfig):
     def ready(self):
         # Here, not at the top: `rollups` imports models, which Django allows only once the
         # app registry is ready.
-        from analytics import rollups
+
+        from analytics import demo, rollups
+        from botadmin.demo import register_seeder
 
         post_delete.connect(
             rollups.forget_team, sender="botadmin.Team", dispatch_uid="analytics.forget_team"
         )
+        register_seeder("analytics", demo.seed_demo)

@@ -28,7 +28,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from analytics.models import DeliveryRatingCounts
+from analytics.models import DeliveryRatingCounts, ReviewItem
 from botadmin.models import Bot, Chat, Team, TeamChat
 from feedback.models import (
     Delivery,
@@ -104,11 +104,20 @@ def snapshot_for(team_index: int) -> dict[str, Any]:
     }
 
 
-VERDICT_OF = {
-    "positive": "conclusive_usable",
-    "progress": "partly_usable",
-    "negative": "not_usable",
-}
+#: Semantic weights (positive, progress, negative) of ratings during a seeded incident.
+INCIDENT_WEIGHTS = (0.2, 0.1, 0.7)
+#: Comments of seeded negative ratings (demo review queues); invented, bilingual.
+DEMO_COMMENTS = [
+    "引用的文档版本过期了 / cites an outdated version of the docs",
+    "SQL 少了时间过滤条件 / the SQL misses the date filter",
+    "没有回答我的问题 / did not answer my question",
+    "步骤顺序错了 / the steps are in the wrong order",
+    "太长了，只要结论 / too long, I only need the conclusion",
+    "给的链接打不开 / the link it gave does not open",
+]
+
+
+VERDICT_OF = {"positive": "conclusive_usable", "progress": "partly_usable", "negative": "not_usable"}
 
 
 def seed_delivery_count() -> int:
@@ -128,6 +137,7 @@ def reset() -> dict[str, int]:
         by_event = f"event_id IN (SELECT id FROM {e} WHERE bot_id IN ({marks}))"  # noqa: S608
         by_delivery = f"delivery_id IN (SELECT id FROM {d} WHERE bot_id IN ({marks}))"  # noqa: S608
         plan = [
+            (ReviewItem, by_delivery),
             (OutboxItem, by_event),
             (Event, f"bot_id IN ({marks})"),
             (DeliveryRatingCounts, f"bot_id IN ({marks})"),
@@ -264,14 +274,26 @@ def build(
     end: datetime | None = None,
     chunk: int = 20_000,
     progress: Callable[[int], None] | None = None,
+    comments: bool = False,
+    incident: tuple[float, float] | None = None,
 ) -> dict[str, int]:
     """Insert the history (see the module docstring). Returns counts per table.
 
     `progress(n)` is called after every chunk with the number of deliveries written.
+    `comments`: ~60% of negative revisions carry one of `DEMO_COMMENTS` (for review queues).
+    `incident=(from_days_ago, to_days_ago)`: ratings of deliveries sent in that stretch follow
+    `INCIDENT_WEIGHTS` (mostly negative), so alert rules have a breach to find. Both off keep
+    the default history exactly as it was (no extra random draws).
     Not idempotent by itself: callers check `seed_delivery_count()` or `reset()` first.
     """
     rng = random.Random(seed)
     end = end or timezone.now().replace(microsecond=0)
+    incident_span = (
+        (end - timedelta(days=incident[0]), end - timedelta(days=incident[1])) if incident else None
+    )
+
+    def in_incident(when: datetime) -> bool:
+        return incident_span is not None and incident_span[0] <= when < incident_span[1]
     teams = [Team.objects.get_or_create(name=name)[0] for name in TEAMS]
     bots = [
         Bot.objects.get_or_create(
@@ -367,14 +389,14 @@ def build(
                     prev_id = None
                     at = created + timedelta(seconds=rng.randint(10, 7200))
                     for step in range(1, chain + 1):
-                        semantic = rng.choices(
-                            ("positive", "progress", "negative"), weights=MODELS[model]
-                        )[0]
+                        weights = INCIDENT_WEIGHTS if in_incident(created) else MODELS[model]
+                        semantic = rng.choices(("positive", "progress", "negative"), weights=weights)[0]
                         reason = ""
                         if semantic == "negative" and rng.random() < 0.85:
-                            reason = rng.choice(snapshots[t_index]["negative_followup"]["reasons"])[
-                                "key"
-                            ]
+                            reason = rng.choice(snapshots[t_index]["negative_followup"]["reasons"])["key"]
+                        comment = ""
+                        if comments and semantic == "negative" and rng.random() < 0.6:
+                            comment = rng.choice(DEMO_COMMENTS)
                         rid = take(Revision)
                         rows[Revision].append(
                             {
@@ -386,7 +408,7 @@ def build(
                                 "verdict_key": VERDICT_OF[semantic],
                                 "semantic": semantic,
                                 "reason_key": reason,
-                                "comment": "",
+                                "comment": comment,
                                 "callback_key": f"cb_seed_{rid}",
                                 "supersedes_id": prev_id,
                                 "source": "card",

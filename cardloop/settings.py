@@ -262,6 +262,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "ProgressStatusEnum": "interactions.models.ProgressSession.Status",
+        "ReviewItemStatusEnum": "analytics.models.review.ReviewItem.Status",
     },
 }
 
@@ -270,6 +271,10 @@ SPECTACULAR_SETTINGS = {
 # ---------------------------------------------------------------------------------------------
 CARDLOOP_SECRET_DIR = Path(env.str("CARDLOOP_SECRET_DIR", default=str(VAR_DIR / "secrets")))
 CARDLOOP_REPORT_TZ = env.str("CARDLOOP_REPORT_TZ", default="Asia/Shanghai")
+#: The address people open Cardloop at (links in alert cards to the dashboard).
+CARDLOOP_PUBLIC_URL = env.str("CARDLOOP_PUBLIC_URL", default="http://127.0.0.1:8000")
+#: Seconds between two passes of `manage.py alert_worker` (alert rules, review queue fills).
+CARDLOOP_ALERT_INTERVAL = env.float("CARDLOOP_ALERT_INTERVAL", default=30.0)
 #: None = decide per bot (dry run when the bot has no app secret); True/False force it.
 CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
 #: Tests only: point every lark-oapi client at a loopback stub (`http://127.0.0.1:<port>`).

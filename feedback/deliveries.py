@@ -73,6 +73,7 @@ METADATA_FIELDS: tuple[str, ...] = (
     "task_id",
     "parent_task_id",
     "reasoning_effort",
+    "content_ref",
 )
 REASON_NOT_FINAL = "not_final"
 

@@ -97,6 +97,14 @@ class DeliveryCreateSerializer(serializers.Serializer):
     reasoning_effort = serializers.CharField(
         max_length=20, required=False, allow_blank=True, default=""
     )
+    content_ref = serializers.URLField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Link to the answer in the bot backend (http/https); shown to reviewers. "
+        "Cardloop never stores the answer itself.",
+    )
 
     def validate_card(self, value):
         if value is None:

@@ -17,13 +17,16 @@ from feedback.models import Event
 
 #: Private data keys accepted by `events.emit(private=…)` → the `WebhookDestination` flag that
 #: opts a destination in. Private values never reach `Event.body` or the feed.
-PRIVATE_FIELDS: dict[str, str] = {"comment": "include_comment"}
+PRIVATE_FIELDS: dict[str, str] = {"comment": "include_comment", "note": "include_comment"}
 
 #: Event types of the public feed (and of webhook subscriptions).
 FEED_TYPES: tuple[str, ...] = (
     Event.Type.TURN_COMPLETED,
     Event.Type.FEEDBACK_REVISED,
     Event.Type.INTERACTION_RESOLVED,
+    Event.Type.REVIEW_COMPLETED,
+    Event.Type.ALERT_FIRED,
+    Event.Type.ALERT_RESOLVED,
 )
 
 

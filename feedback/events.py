@@ -1,4 +1,5 @@
-"""Durable events (`turn.completed`, `feedback.revised`, `interaction.resolved`) and their feed.
+"""Durable events (`turn.completed`, `feedback.revised`, `interaction.resolved`, and the
+analytics events `review.completed`, `alert.fired`, `alert.resolved`) and their feed.
 
 `emit()` is called inside the transaction that records the fact, so the fact, its event row and
 its outbox rows commit together or not at all. The envelope
@@ -6,7 +7,8 @@ its outbox rows commit together or not at all. The envelope
 (`Event.body`); the outbox stores, per destination, either those same bytes or a variant that
 adds opted-in private fields, each variant serialized once at fan-out (`feedback.outbox`).
 
-Privacy: the comment text of a feedback revision is passed as `private={"comment": …}`. It never
+Privacy: the comment text of a feedback revision (and a reviewer's note) is passed as
+`private={"comment": …}` (`{"note": …}`). It never
 enters `Event.body` (so never the feed) and reaches only destinations with `include_comment`.
 The answer body is never part of any event.
 

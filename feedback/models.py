@@ -187,6 +187,13 @@ class Delivery(models.Model):
     reasoning_effort = models.CharField(
         _("reasoning effort"), max_length=20, blank=True, default=""
     )
+    content_ref = models.URLField(
+        _("content link"),
+        max_length=500,
+        blank=True,
+        default="",
+        help_text=_("The backend's link to the answer (shown to reviewers); never the answer."),
+    )
     # Feedback
     feedback_shown = models.BooleanField(_("feedback shown"), default=False)
     feedback_reason = models.CharField(
@@ -497,6 +504,9 @@ class Event(models.Model):
         TURN_COMPLETED = "turn.completed", "turn.completed"
         FEEDBACK_REVISED = "feedback.revised", "feedback.revised"
         INTERACTION_RESOLVED = "interaction.resolved", "interaction.resolved"
+        REVIEW_COMPLETED = "review.completed", "review.completed"
+        ALERT_FIRED = "alert.fired", "alert.fired"
+        ALERT_RESOLVED = "alert.resolved", "alert.resolved"
         WEBHOOK_TEST = "webhook.test", "webhook.test"
 
     event_id = models.CharField(_("event id"), max_length=40, unique=True)
@@ -568,6 +578,9 @@ class WebhookDestination(models.Model):
         ("turn.completed", "turn.completed"),
         ("feedback.revised", "feedback.revised"),
         ("interaction.resolved", "interaction.resolved"),
+        ("review.completed", "review.completed"),
+        ("alert.fired", "alert.fired"),
+        ("alert.resolved", "alert.resolved"),
     ]
 
     name = models.CharField(_("name"), max_length=100, unique=True)
@@ -580,7 +593,10 @@ class WebhookDestination(models.Model):
     include_comment = models.BooleanField(
         _("include comment text"),
         default=False,
-        help_text=_("Send feedback comment text in feedback.revised. Off by default."),
+        help_text=_(
+            "Send feedback comment text in feedback.revised and review.completed (with the "
+            "reviewer's note). Off by default."
+        ),
     )
     secret_ref = models.CharField(_("secret ref"), max_length=80, blank=True, editable=False)
     previous_secret_ref = models.CharField(

@@ -1,6 +1,6 @@
 # Hand-written (not generated): database triggers that keep analytics_deliveryratingcounts
 # exact on every insert / update / delete of feedback_latestfeedback, for PostgreSQL and
-# SQLite, plus a backfill from the latest ratings already stored. See analytics/models.py.
+# SQLite, plus a backfill from the latest ratings already stored. See analytics/models/rating_counts.py.
 
 from django.db import migrations
 

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 import pytest
 from django.db import transaction
 
+from analytics.tests.test_dashboard_browser import browser  # noqa: F401 - the Chromium fixture
+
 SNAPSHOT = {
     "enabled": True,
     "buttons": [
@@ -159,3 +161,40 @@ def api(db):
 @pytest.fixture
 def superuser(db, django_user_model):
     return django_user_model.objects.create_superuser("root", "root@example.com", "pw-tests")
+
+
+@pytest.fixture
+def reviewer_of(db, django_user_model):
+    """`reviewer_of(*teams, username=None, manager=False)` → a user with the reviewer
+    permission for `teams` (and a manager of them with `manager=True`)."""
+    from analytics.models import Reviewer
+    from botadmin.models import TeamMembership
+
+    def make(*teams, username=None, manager=False):
+        user = django_user_model.objects.create_user(
+            username=username or f"rev{next(_seq)}", password="pw-for-tests-only"
+        )
+        for team in teams:
+            Reviewer.objects.create(team=team, user=user)
+            if manager:
+                TeamMembership.objects.create(team=team, user=user)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def make_queue(world):
+    """`make_queue(*teams, filters={"semantic": "negative"}, **fields)` → ReviewQueue."""
+    from analytics.models import ReviewQueue
+
+    def make(*teams, filters=None, name=None, **fields):
+        queue = ReviewQueue.objects.create(
+            name=name or f"queue {next(_seq)}",
+            filters={"semantic": "negative"} if filters is None else filters,
+            **fields,
+        )
+        queue.teams.set(teams or [world.team_a])
+        return queue
+
+    return make

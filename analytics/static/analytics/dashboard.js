@@ -30,8 +30,26 @@
     return value === null || value === undefined ? "–" : (value * 100).toFixed(1) + "%";
   }
 
-  /* Controls ← URL (or defaults). */
+  /* Controls ← URL (or defaults). Without `tz` in the URL the page reports in the browser's
+   * zone (falling back to CARDLOOP_REPORT_TZ), and the default range is the last 30 days of
+   * that zone, today included. */
   var url = new URLSearchParams(window.location.search);
+  var browserZone = "";
+  try { browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (_e) { browserZone = ""; }
+  function addDays(isoDate, days) {
+    var d = new Date(isoDate + "T00:00:00Z");
+    d.setUTCDate(d.getUTCDate() + days);
+    return d.toISOString().slice(0, 10);
+  }
+  if (!url.get("tz") && browserZone) {
+    config.defaults.tz = browserZone;
+    try {
+      var today = new Intl.DateTimeFormat("en-CA", { timeZone: browserZone, year: "numeric", month: "2-digit", day: "2-digit" }).format(new Date());
+      config.defaults.from = addDays(today, -29);
+      config.defaults.to = addDays(today, 1);
+    } catch (_e) { /* keep the server's defaults */ }
+  }
+  document.body.dataset.tz = url.get("tz") || config.defaults.tz;
   function initialValue(name) {
     var v = url.get(name);
     if (v !== null && v !== "") { return v; }

@@ -17,6 +17,10 @@ and prints a fresh one); the demo bot gets a demo Verification Token and Encrypt
 printed; `lark_replay` reads them) so replayed clicks pass the ingress while every Feishu call
 stays a dry run (no app secret); a demo superuser is created and its login printed. All changes
 go through `botadmin.services` (audited as `seed_demo`).
+
+Then the seeders other apps registered (`botadmin.demo`) run: analytics adds a small
+history (a few thousand deliveries over 30 days with ratings, comments, failures and an
+incident), a review queue, an alert rule and the alerts its history fired.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from botadmin import services
+from botadmin import demo, services
 from botadmin.models import Bot, BotApiKey, Chat, ChatPolicy, Team
 
 ACTOR = "seed_demo"
@@ -97,6 +101,11 @@ class Command(BaseCommand):
             help="Revoke the demo bot's seed_demo keys and print a fresh one.",
         )
 
+    def line(self, text: str) -> None:
+        """One progress line of a registered seeder, shown at once."""
+        self.stdout.write(f"  {text}")
+        self.stdout.flush()
+
     def say(self, what: str, created: bool) -> None:
         state = self.style.SUCCESS("created") if created else "exists, left as is"
         self.stdout.write(f"  {what}: {state}")
@@ -126,6 +135,9 @@ class Command(BaseCommand):
                     "/admin/botadmin/botapikey/add/)"
                 )
         self._superuser()
+        for name, seeder in demo.seeders():
+            self.stdout.write(f"Seeding {name} demo data ...")
+            seeder(self.line)
         self.stdout.write(self.style.SUCCESS("Demo data ready."))
 
     def _team(self, name, description, layer) -> Team:

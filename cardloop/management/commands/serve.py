@@ -1,5 +1,5 @@
 """`python manage.py serve`: run Cardloop in one terminal — Daphne (HTTP + WebSocket) and every
-worker command that exists (card updates, webhook outbox) as child processes.
+worker command that exists (card updates, webhook outbox, alerts and review queues) as child processes.
 
 `--web-processes N` (or `CARDLOOP_WEB_PROCESSES`) runs N Daphne processes on the one port, each
 with a listening socket of its own (SO_REUSEPORT: the kernel spreads new connections over
@@ -25,7 +25,7 @@ from django.core.management import get_commands
 from django.core.management.base import BaseCommand, CommandError
 
 #: Worker commands started beside the web server when they are installed.
-WORKER_COMMANDS = ["card_worker", "outbox_worker"]
+WORKER_COMMANDS = ["card_worker", "outbox_worker", "alert_worker"]
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""Models of the analytics app: one per-delivery rollup kept exact by database triggers.
+"""The per-delivery rating rollup, kept exact by database triggers.
 
 `DeliveryRatingCounts` holds, for every delivery with at least one latest rating, how many of
 its latest ratings (`feedback.LatestFeedback` rows) are positive, progress and negative, plus
