@@ -10,10 +10,26 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
-            model_name='delivery',
-            name='content_ref',
-            field=models.URLField(blank=True, default='', help_text="The backend's link to the answer (shown to reviewers); never the answer.", max_length=500, verbose_name='content link'),
+        # One ALTER TABLE … ADD COLUMN instead of Django's AddField: on SQLite a NOT NULL column
+        # with a default makes Django rebuild feedback_delivery (create, copy, drop, rename), and
+        # the rename fails while analytics' rollup triggers on feedback_latestfeedback name the
+        # dropped table ("error in trigger … no such table: main.feedback_delivery"). ADD COLUMN
+        # with a constant default is valid on SQLite and PostgreSQL and rebuilds nothing; the
+        # column keeps a database default of '' that Django never relies on.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddField(
+                    model_name='delivery',
+                    name='content_ref',
+                    field=models.URLField(blank=True, default='', help_text="The backend's link to the answer (shown to reviewers); never the answer.", max_length=500, verbose_name='content link'),
+                ),
+            ],
+            database_operations=[
+                migrations.RunSQL(
+                    sql='ALTER TABLE "feedback_delivery" ADD COLUMN "content_ref" varchar(500) NOT NULL DEFAULT \'\'',
+                    reverse_sql='ALTER TABLE "feedback_delivery" DROP COLUMN "content_ref"',
+                ),
+            ],
         ),
         migrations.AlterField(
             model_name='event',
