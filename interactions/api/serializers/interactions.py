@@ -11,6 +11,7 @@ from interactions import kinds
 from interactions.approvals import service as approvals
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
+from plumbing.fields import OpenIdField, StrictCharField
 
 ID_RE = r"^[A-Za-z0-9_-]{1,32}$"
 
@@ -20,8 +21,8 @@ class ActionSerializer(serializers.Serializer):
     the id), `style` primary | default | danger."""
 
     id = serializers.RegexField(ID_RE, max_length=32)
-    label = serializers.CharField(min_length=1, max_length=40)
-    value = serializers.CharField(min_length=1, max_length=200, required=False)
+    label = StrictCharField(min_length=1, max_length=40)
+    value = StrictCharField(min_length=1, max_length=200, required=False)
     style = serializers.ChoiceField(
         choices=["primary", "default", "danger"], default="default", required=False
     )
@@ -33,19 +34,19 @@ class ActionSerializer(serializers.Serializer):
 
 
 class OptionSerializer(serializers.Serializer):
-    label = serializers.CharField(min_length=1, max_length=60)
-    value = serializers.CharField(min_length=1, max_length=100)
+    label = StrictCharField(min_length=1, max_length=60)
+    value = StrictCharField(min_length=1, max_length=100)
 
 
 class FormFieldSerializer(serializers.Serializer):
     """One form field: `text` (an input) or `select` (one of `options`)."""
 
     name = serializers.RegexField(r"^[a-z][a-z0-9_]{0,30}$")
-    label = serializers.CharField(min_length=1, max_length=60)
+    label = StrictCharField(min_length=1, max_length=60)
     type = serializers.ChoiceField(choices=["text", "select"], default="text")
     options = OptionSerializer(many=True, required=False, default=list)
     required = serializers.BooleanField(default=False)
-    placeholder = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    placeholder = StrictCharField(max_length=100, required=False, allow_blank=True)
     max_length = serializers.IntegerField(min_value=1, max_value=1000, required=False)
 
     def validate(self, attrs):
@@ -66,18 +67,18 @@ class InteractionCreateSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(
         choices=[c for c in Interaction.Kind.choices if c[0] != Interaction.Kind.ASK]
     )
-    channel = serializers.CharField(
+    channel = StrictCharField(
         default=kinds.FEISHU,
         max_length=16,
         help_text=_("feishu | wechat | text (cli) | webhook (other)"),
     )
-    chat_id = serializers.CharField(max_length=64)
-    requester_open_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    chat_id = StrictCharField(max_length=64)
+    requester_open_id = OpenIdField(max_length=64, required=False, allow_blank=True)
     allowed_open_ids = serializers.ListField(
-        child=serializers.CharField(max_length=64), max_length=50, required=False, default=list
+        child=OpenIdField(), max_length=50, required=False, default=list
     )
-    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    request_id = serializers.CharField(
+    session_id = StrictCharField(max_length=128, required=False, allow_blank=True)
+    request_id = StrictCharField(
         max_length=128,
         required=False,
         allow_blank=True,
@@ -85,9 +86,9 @@ class InteractionCreateSerializer(serializers.Serializer):
             "Idempotency key: a retry with the same request_id returns the same interaction."
         ),
     )
-    title = serializers.CharField(min_length=1, max_length=200)
-    body = serializers.CharField(max_length=approvals.MAX_BODY, required=False, allow_blank=True)
-    tool = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    title = StrictCharField(min_length=1, max_length=200)
+    body = StrictCharField(max_length=approvals.MAX_BODY, required=False, allow_blank=True)
+    tool = StrictCharField(max_length=128, required=False, allow_blank=True)
     always_scope = serializers.ChoiceField(
         choices=Interaction.Scope.choices, required=False, allow_blank=True
     )
@@ -220,14 +221,14 @@ OutcomeSerializer = inline_serializer(
 class ResolveSerializer(serializers.Serializer):
     """Body of `POST /api/v1/interactions/<id>/resolve`."""
 
-    value = serializers.CharField(
+    value = StrictCharField(
         max_length=approvals.MAX_TEXT_ANSWER,
         required=False,
         allow_blank=True,
         help_text=_("An action value, id or number; free text for command interactions."),
     )
     form = serializers.DictField(required=False, help_text=_("Form answers by field name."))
-    open_id = serializers.CharField(
+    open_id = OpenIdField(
         max_length=64,
         required=False,
         allow_blank=True,
@@ -236,9 +237,9 @@ class ResolveSerializer(serializers.Serializer):
 
 
 class ApprovalCheckSerializer(serializers.Serializer):
-    tool = serializers.CharField(max_length=128)
-    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    chat_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    tool = StrictCharField(max_length=128)
+    session_id = StrictCharField(max_length=128, required=False, allow_blank=True)
+    chat_id = StrictCharField(max_length=64, required=False, allow_blank=True)
 
 
 ApprovalCheckOutSerializer = inline_serializer(
