@@ -22,7 +22,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analytics import csv_export, queries
+from analytics import csv_export, periods, queries
 from analytics.access import CanReadAnalytics, Scope
 from analytics.filters import (
     REQUIRED_PARAMETERS,
@@ -51,6 +51,8 @@ def _parameter_schema(name: str, flt) -> dict:
             "maximum": flt.extra["max_value"],
         }
     schema: dict = {"type": "string"}
+    if name == "tz":
+        return {"type": "string", "enum": ["", *sorted(periods.known_zones())]}
     if name in REQUIRED_PARAMETERS:
         schema["minLength"] = 1
     if flt.extra.get("max_length"):
@@ -185,11 +187,19 @@ CURSOR = OpenApiParameter(
     "cursor",
     OpenApiTypes.STR,
     OpenApiParameter.QUERY,
-    description=_("Opaque cursor from `next` or `previous` of an earlier page."),
+    description=_(
+        "Opaque cursor from `next` or `previous` of an earlier page; any other value is 400 "
+        "`invalid_cursor`."
+    ),
 )
 PAGE_SIZE = OpenApiParameter(
     "page_size",
-    OpenApiTypes.INT,
+    {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": queries.MAX_PAGE_SIZE,
+        "default": queries.DEFAULT_PAGE_SIZE,
+    },
     OpenApiParameter.QUERY,
     description=_("Rows per page, 1–100 (default 50)."),
 )

@@ -15,12 +15,27 @@ from feedback import deliveries
 from feedback.models import Delivery
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
 from plumbing.api import ApiError
-from plumbing.fields import OpenIdField, StrictCharField
+from plumbing.fields import JsonObjectField, OpenIdField, StrictCharField
+from plumbing.openapi import state_rules
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024
 
 
+@state_rules(
+    together=(("session_id", "turn_id"), ("platform_message_id", "card_id")),
+    rules=(
+        {
+            "anyOf": [
+                {"properties": {"card": {"type": "object"}}, "required": ["card"]},
+                {
+                    "properties": {"platform_message_id": {"pattern": r"\S"}},
+                    "required": ["platform_message_id"],
+                },
+            ]
+        },
+    ),
+)
 class DeliveryCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/deliveries`."""
 
@@ -76,7 +91,7 @@ class DeliveryCreateSerializer(serializers.Serializer):
     duration_ms = serializers.IntegerField(
         min_value=0, max_value=2**53, required=False, allow_null=True, default=None
     )
-    usage = serializers.JSONField(required=False, allow_null=True, default=None)
+    usage = JsonObjectField(required=False, allow_null=True, default=None)
     model = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
     cli_id = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
     cli_version = StrictCharField(max_length=50, required=False, allow_blank=True, default="")

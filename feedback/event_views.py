@@ -27,7 +27,7 @@ from feedback import events, terminals
 from feedback.envelopes import FEED_TYPES
 from feedback.models import WorkerTerminal
 from plumbing.api import ApiError
-from plumbing.fields import StrictCharField
+from plumbing.fields import JsonObjectField, StrictCharField
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024
@@ -44,7 +44,7 @@ class TerminalSerializer(serializers.Serializer):
     duration_ms = serializers.IntegerField(
         min_value=0, max_value=2**53, required=False, allow_null=True, default=None
     )
-    usage = serializers.JSONField(required=False, allow_null=True, default=None)
+    usage = JsonObjectField(required=False, allow_null=True, default=None)
 
     def validate_usage(self, value):
         if value is None:

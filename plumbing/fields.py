@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from django.core.validators import MinLengthValidator, RegexValidator
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 #: A Feishu open_id: `ou_` and then letters, digits, `_` or `-`.
@@ -57,3 +58,42 @@ class OpenIdField(StrictCharField):
                 code="invalid",
             )
         )
+
+
+#: An https URL as the schema describes it: a host name of up to four labels, then an optional
+#: path and query (a subset of what Django's `URLValidator` takes, so a URL that fits it is
+#: accepted). Empty is allowed where the field may be blank.
+HTTPS_URL_PATTERN = (
+    r"^(?:https://[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+    r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?){0,2}\.[a-z]{2,24}"
+    r"(?:[/?][A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?)?$"
+)
+
+
+@extend_schema_field({"type": "string", "pattern": HTTPS_URL_PATTERN, "maxLength": 500})
+class HttpsUrlField(serializers.URLField):
+    """An https URL (the view refuses other schemes); documented by `HTTPS_URL_PATTERN`."""
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A `BooleanField` that takes only JSON `true` and `false` (DRF's also takes 0, 1,
+    "yes", "on", …, which the schema's boolean does not)."""
+
+    default_error_messages = {"not_a_boolean": _("Use true or false.")}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("not_a_boolean")
+        return data
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "additionalProperties": True,
+        "description": "A JSON object (or null), at most 8 KiB serialized.",
+    }
+)
+class JsonObjectField(serializers.JSONField):
+    """A JSON object (or null); the view checks that it is one and its size."""

@@ -18,6 +18,8 @@ descriptions are in one language (`EnglishSchemaView`).
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.utils import translation
 from drf_spectacular.utils import extend_schema
@@ -53,14 +55,62 @@ COMMON = {
 BODY_METHODS = {"post", "put", "patch"}
 
 
+#: component name → JSON-schema rules across its fields (`state_rules`).
+RULES: dict[str, list[dict]] = {}
+
+
+def state_rules(*, together: tuple[tuple[str, ...], ...] = (), exclusive=(), rules=()):
+    """Class decorator of a request serializer: put the rules between its fields that the
+    server enforces into its OpenAPI component (`allOf` next to its properties).
+
+    - `together`: each group of string fields is given all non-blank, or all blank or absent;
+    - `exclusive`: of each group at most one string field is given non-blank;
+    - `rules`: further JSON-schema objects, as they are.
+    """
+
+    extra = list(rules)
+
+    def decorate(cls):
+        rules = list(extra)
+        for group in together:
+            rules.append(
+                {
+                    "anyOf": [
+                        {
+                            "properties": {name: {"pattern": r"\S"} for name in group},
+                            "required": list(group),
+                        },
+                        {"properties": {name: {"pattern": r"^\s*$"} for name in group}},
+                    ]
+                }
+            )
+        for group in exclusive:
+            rules.append(
+                {
+                    "not": {
+                        "properties": {name: {"pattern": r"\S"} for name in group},
+                        "required": list(group),
+                    }
+                }
+            )
+        RULES[cls.__name__.removesuffix("Serializer")] = rules
+        return cls
+
+    return decorate
+
+
 def _error_content() -> dict:
     return {"application/json": {"schema": {"$ref": f"#/components/schemas/{ERROR_COMPONENT}"}}}
 
 
 def document_errors(result, generator, request, public):
-    """drf-spectacular postprocessing hook: the shared error component, and the error answers
-    of every operation (see the module docstring)."""
-    result.setdefault("components", {}).setdefault("schemas", {})[ERROR_COMPONENT] = ERROR_SCHEMA
+    """drf-spectacular postprocessing hook: the shared error component, the rules between
+    fields (`state_rules`), and the error answers of every operation (module docstring)."""
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components[ERROR_COMPONENT] = ERROR_SCHEMA
+    for name, rules in RULES.items():
+        if name in components and rules:
+            components[name]["allOf"] = rules
     for path, item in result.get("paths", {}).items():
         for method, operation in item.items():
             if not isinstance(operation, dict) or "responses" not in operation:
@@ -93,3 +143,19 @@ class EnglishSchemaView(SpectacularAPIView):
             return super().get(request, *args, **kwargs)
         with translation.override("en"):
             return super().get(request, *args, **kwargs)
+
+
+def case_insensitive_pattern(words) -> str:
+    """A pattern matching any of `words` in any letter case (JSON-schema patterns have no
+    flags), with surrounding spaces."""
+
+    def one(word: str) -> str:
+        return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+    return r"^\s*(?:" + "|".join(one(w) for w in sorted(words)) + r")\s*$"
+
+
+def when(field: str, values, then: dict) -> dict:
+    """The rule "when `field` is one of `values`, `then` holds" (OpenAPI 3.0 has no
+    if/then: it is "`field` is another value, or `then` holds")."""
+    return {"anyOf": [{"properties": {field: {"not": {"enum": list(values)}}}}, then]}

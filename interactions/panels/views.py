@@ -156,7 +156,7 @@ class DesktopTokensView(APIView):
         tokens = DesktopToken.objects.filter(bot=request.user.bot)
         open_id = request.query_params.get("open_id")
         if open_id is not None:
-            if not re.fullmatch(OPEN_ID_PATTERN, open_id):
+            if len(open_id) > OPEN_ID_MAX_LENGTH or not re.fullmatch(OPEN_ID_PATTERN, open_id):
                 raise ApiError("invalid", {"open_id": [_("Use a Feishu open_id (ou_…).")]})
             tokens = tokens.filter(open_id=open_id)
         active = request.query_params.get("active")

@@ -10,9 +10,11 @@ from rest_framework import serializers
 from interactions.asks import card as session_card
 from interactions.asks import service as asks
 from interactions.models import ProgressSession
-from plumbing.fields import OpenIdField, StrictCharField
+from plumbing.fields import HttpsUrlField, OpenIdField, StrictBooleanField, StrictCharField
+from plumbing.openapi import state_rules
 
 
+@state_rules(exclusive=(("chat_id", "open_id"),))
 class ProgressSerializer(serializers.Serializer):
     """Body of `PUT /api/v1/sessions/<session_id>/progress`. Omitted fields keep their value."""
 
@@ -41,7 +43,7 @@ class ProgressSerializer(serializers.Serializer):
         allow_blank=True,
         help_text=_("Who started the task: the only person who may answer and cancel."),
     )
-    details_url = serializers.URLField(
+    details_url = HttpsUrlField(
         max_length=500,
         required=False,
         allow_blank=True,
@@ -112,13 +114,15 @@ class AskOptionSerializer(serializers.Serializer):
     description = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+@state_rules(rules=({"properties": {"options": {"minItems": 1, "maxItems": 10}}},))
 class QuestionSerializer(serializers.Serializer):
-    """One question: `{question, header, options: [{label, description}], multiSelect}`."""
+    """One question: `{question, header, options: [{label, description}], multiSelect}`;
+    option labels are unique within it."""
 
     question = StrictCharField(min_length=1, max_length=1000)
     header = StrictCharField(max_length=40, required=False, allow_blank=True, default="")
     options = AskOptionSerializer(many=True)
-    multiSelect = serializers.BooleanField(default=False)  # noqa: N815 - the field name the agent protocol uses
+    multiSelect = StrictBooleanField(default=False)  # noqa: N815 - the field name the agent protocol uses
 
     def validate_options(self, value):
         if not 1 <= len(value) <= 10:
@@ -129,6 +133,9 @@ class QuestionSerializer(serializers.Serializer):
         return value
 
 
+@state_rules(
+    rules=({"properties": {"questions": {"minItems": 1, "maxItems": asks.MAX_QUESTIONS}}},)
+)
 class AskCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/sessions/<session_id>/asks`."""
 

@@ -3,6 +3,8 @@ their validation rules, and the interaction as the API returns it."""
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
@@ -11,7 +13,8 @@ from interactions import kinds
 from interactions.approvals import service as approvals
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
-from plumbing.fields import OpenIdField, StrictCharField
+from plumbing.fields import OpenIdField, StrictBooleanField, StrictCharField
+from plumbing.openapi import case_insensitive_pattern, state_rules, when
 
 ID_RE = r"^[A-Za-z0-9_-]{1,32}$"
 
@@ -45,7 +48,7 @@ class FormFieldSerializer(serializers.Serializer):
     label = StrictCharField(min_length=1, max_length=60)
     type = serializers.ChoiceField(choices=["text", "select"], default="text")
     options = OptionSerializer(many=True, required=False, default=list)
-    required = serializers.BooleanField(default=False)
+    required = StrictBooleanField(default=False)
     placeholder = StrictCharField(max_length=100, required=False, allow_blank=True)
     max_length = serializers.IntegerField(min_value=1, max_value=1000, required=False)
 
@@ -61,8 +64,57 @@ class FormFieldSerializer(serializers.Serializer):
         return attrs
 
 
+def _unknown_channel() -> str:
+    return str(_("Unknown channel; use one of: %(kinds)s.")) % {"kinds": ", ".join(kinds.KINDS)}
+
+
+_K = Interaction.Kind
+NON_BLANK = {"pattern": r"\S"}
+#: The rules of `InteractionCreateSerializer.validate` that JSON schema can state.
+CREATE_RULES = (
+    {
+        "anyOf": [
+            {
+                "properties": {"requester_open_id": {"minLength": 1}},
+                "required": ["requester_open_id"],
+            },
+            {"properties": {"allowed_open_ids": {"minItems": 1}}, "required": ["allowed_open_ids"]},
+        ]
+    },
+    {"properties": {"actions": {"maxItems": 10}, "fields": {"maxItems": 10}}},
+    when(
+        "kind",
+        [_K.APPROVAL],
+        {"properties": {"tool": NON_BLANK, "actions": {"maxItems": 0}}, "required": ["tool"]},
+    ),
+    when(
+        "always_scope",
+        [Interaction.Scope.SESSION],
+        {"properties": {"session_id": NON_BLANK}, "required": ["session_id"]},
+    ),
+    when(
+        "kind",
+        [_K.QUICK_REPLY, _K.FORM, _K.COMMAND],
+        {"properties": {"always_scope": {"enum": [""]}}},
+    ),
+    when(
+        "kind",
+        [_K.QUICK_REPLY],
+        {"properties": {"actions": {"minItems": 1}}, "required": ["actions"]},
+    ),
+    when("kind", [_K.FORM], {"properties": {"fields": {"minItems": 1}}, "required": ["fields"]}),
+    when(
+        "kind",
+        [_K.APPROVAL, _K.QUICK_REPLY, _K.COMMAND],
+        {"properties": {"fields": {"maxItems": 0}}},
+    ),
+)
+
+
+@state_rules(rules=CREATE_RULES)
 class InteractionCreateSerializer(serializers.Serializer):
-    """Body of `POST /api/v1/interactions`."""
+    """Body of `POST /api/v1/interactions`. Besides the rules of its fields and of
+    `CREATE_RULES`: action ids and values are unique, and so are form field names."""
 
     kind = serializers.ChoiceField(
         choices=[c for c in Interaction.Kind.choices if c[0] != Interaction.Kind.ASK]
@@ -70,6 +122,12 @@ class InteractionCreateSerializer(serializers.Serializer):
     channel = StrictCharField(
         default=kinds.FEISHU,
         max_length=16,
+        validators=[
+            RegexValidator(
+                case_insensitive_pattern([*kinds.CAPABILITIES, *kinds.ALIASES]),
+                lazy(_unknown_channel, str)(),
+            )
+        ],
         help_text=_("feishu | wechat | text (cli) | webhook (other)"),
     )
     chat_id = StrictCharField(max_length=64)
@@ -92,7 +150,7 @@ class InteractionCreateSerializer(serializers.Serializer):
     always_scope = serializers.ChoiceField(
         choices=Interaction.Scope.choices, required=False, allow_blank=True
     )
-    allow_always = serializers.BooleanField(default=True)
+    allow_always = StrictBooleanField(default=True)
     actions = ActionSerializer(many=True, required=False, default=list)
     fields = FormFieldSerializer(many=True, required=False, default=list)
     timeout_seconds = serializers.IntegerField(
