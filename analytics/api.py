@@ -22,7 +22,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analytics import csv_export, periods, queries
+from analytics import csv_export, queries
 from analytics.access import CanReadAnalytics, Scope
 from analytics.filters import (
     REQUIRED_PARAMETERS,
@@ -51,8 +51,6 @@ def _parameter_schema(name: str, flt) -> dict:
             "maximum": flt.extra["max_value"],
         }
     schema: dict = {"type": "string"}
-    if name == "tz":
-        return {"type": "string", "enum": ["", *sorted(periods.known_zones())]}
     if name in REQUIRED_PARAMETERS:
         schema["minLength"] = 1
     if flt.extra.get("max_length"):

@@ -43,6 +43,17 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictRegexField(serializers.RegexField):
+    """A `RegexField` that takes only JSON strings."""
+
+    default_error_messages = {"not_a_string": _("Not a valid string.")}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
+
+
 class OpenIdField(StrictCharField):
     """A Feishu open_id (`ou_…`, at most 64 characters); blank only when `allow_blank`."""
 

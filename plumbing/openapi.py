@@ -146,13 +146,13 @@ class EnglishSchemaView(SpectacularAPIView):
 
 
 def case_insensitive_pattern(words) -> str:
-    """A pattern matching any of `words` in any letter case (JSON-schema patterns have no
-    flags), with surrounding spaces."""
+    """A pattern matching exactly one of `words`, in any letter case (JSON-schema patterns
+    have no flags)."""
 
     def one(word: str) -> str:
         return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
 
-    return r"^\s*(?:" + "|".join(one(w) for w in sorted(words)) + r")\s*$"
+    return r"^(?:" + "|".join(one(w) for w in sorted(words)) + r")$"
 
 
 def when(field: str, values, then: dict) -> dict:

@@ -31,10 +31,17 @@ def test_team_admin_edits_managers_and_membership_opens_the_team_analytics(
         "memberships-0-team": str(world.team_a.id),
         "_save": "Save",
     }
-    assert api(manager).get("/api/v1/analytics/summary", {"from": "2025-03-10", "to": "2025-03-11"}).status_code == 403
+    assert (
+        api(manager)
+        .get("/api/v1/analytics/summary", {"from": "2025-03-10", "to": "2025-03-11"})
+        .status_code
+        == 403
+    )
     response = client.post(url, form)
     assert response.status_code == 302, response.content.decode()[:2000]
-    body = api(manager).get("/api/v1/analytics/summary", {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC"})
+    body = api(manager).get(
+        "/api/v1/analytics/summary", {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC"}
+    )
     assert body.status_code == 200 and body.json()["current"]["delivered"] == 1
 
 

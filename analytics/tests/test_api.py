@@ -26,9 +26,14 @@ def two_teams(make_delivery, rate, world):
     rate(a, "ou_a1", "wrong", reason="inaccurate", comment="A's private comment")
     rate(b, "ou_b1", "wrong", reason="too_slow", comment="B's private comment")
     dest = WebhookDestination.objects.create(name="hook-b", url="https://hooks.example.com/b")
-    event = Event.objects.create(event_id="evt_b", type="turn.completed", delivery=b, team=b.team, body="{}")
+    event = Event.objects.create(
+        event_id="evt_b", type="turn.completed", delivery=b, team=b.team, body="{}"
+    )
     OutboxItem.objects.create(
-        event=event, destination=dest, body="{}", status="dead",
+        event=event,
+        destination=dest,
+        body="{}",
+        status="dead",
         created_at=datetime(2025, 3, 10, 4, tzinfo=UTC),
     )
     return a, b
@@ -73,7 +78,9 @@ def test_token_auth_works_for_a_manager(two_teams, world, manager_of, api):
     assert response.json()["current"]["delivered"] == 1
 
 
-def test_manager_of_team_a_sees_nothing_of_team_b_in_any_endpoint(two_teams, world, manager_of, api):
+def test_manager_of_team_a_sees_nothing_of_team_b_in_any_endpoint(
+    two_teams, world, manager_of, api
+):
     client = api(manager_of(world.team_a))
     summary = client.get("/api/v1/analytics/summary", RANGE).json()["current"]
     assert (summary["delivered"], summary["ratings"], summary["negative"]) == (1, 1, 1)
@@ -129,7 +136,9 @@ def test_manager_of_both_teams_and_superuser_see_both(two_teams, world, manager_
     ],
 )
 @pytest.mark.parametrize("endpoint", [*ENDPOINTS, "deliveries.csv"])
-def test_bad_parameters_are_400_json_naming_the_parameter(api, superuser, endpoint, params, code, field):
+def test_bad_parameters_are_400_json_naming_the_parameter(
+    api, superuser, endpoint, params, code, field
+):
     response = api(superuser).get(f"/api/v1/analytics/{endpoint}", params)
     assert response.status_code == 400, response.content
     body = response.json()
@@ -145,7 +154,9 @@ def test_a_range_of_exactly_366_days_is_accepted(api, superuser):
 
 
 @pytest.mark.parametrize("param", ["model", "topic", "chat", "bot", "task", "workflow", "skill"])
-def test_sql_injection_in_a_filter_matches_nothing_and_changes_nothing(two_teams, api, superuser, param):
+def test_sql_injection_in_a_filter_matches_nothing_and_changes_nothing(
+    two_teams, api, superuser, param
+):
     from feedback.models import Delivery
 
     before = Delivery.objects.count()
@@ -155,7 +166,12 @@ def test_sql_injection_in_a_filter_matches_nothing_and_changes_nothing(two_teams
         assert response.status_code == 200, (endpoint, response.content)
     summary = client.get("/api/v1/analytics/summary", {**RANGE, param: "' OR 1=1 --"}).json()
     assert summary["current"]["delivered"] == 0
-    assert client.get("/api/v1/analytics/deliveries", {**RANGE, param: "' OR 1=1 --"}).json()["results"] == []
+    assert (
+        client.get("/api/v1/analytics/deliveries", {**RANGE, param: "' OR 1=1 --"}).json()[
+            "results"
+        ]
+        == []
+    )
     assert Delivery.objects.count() == before
 
 
@@ -165,9 +181,18 @@ def test_injection_in_a_key_filter_is_refused(api, superuser):
 
 
 def test_drill_down_rows_are_redacted_and_carry_labels(two_teams, api, superuser):
-    response = api(superuser).get("/api/v1/analytics/deliveries", {**RANGE, "team": two_teams[0].team_id})
+    response = api(superuser).get(
+        "/api/v1/analytics/deliveries", {**RANGE, "team": two_teams[0].team_id}
+    )
     text = response.content.decode()
-    for secret in ("private comment", "ou_a1", "ou_requester_secret", "card_", "policy_snapshot", "om_"):
+    for secret in (
+        "private comment",
+        "ou_a1",
+        "ou_requester_secret",
+        "card_",
+        "policy_snapshot",
+        "om_",
+    ):
         assert secret not in text
     row = response.json()["results"][0]
     assert row["ratings"] == [
@@ -185,17 +210,24 @@ def test_drill_down_rows_are_redacted_and_carry_labels(two_teams, api, superuser
 
 def test_rating_filter_lists_only_deliveries_with_a_matching_rating(two_teams, api, superuser):
     client = api(superuser)
-    rows = client.get("/api/v1/analytics/deliveries", {**RANGE, "reason": "too_slow"}).json()["results"]
+    rows = client.get("/api/v1/analytics/deliveries", {**RANGE, "reason": "too_slow"}).json()[
+        "results"
+    ]
     assert [r["delivery_id"] for r in rows] == [two_teams[1].delivery_id]
     everything = client.get("/api/v1/analytics/deliveries", RANGE).json()["results"]
     assert len(everything) == 3
 
 
 def test_csv_has_bom_header_and_local_times(two_teams, api, superuser):
-    response = api(superuser).get("/api/v1/analytics/deliveries.csv", {**RANGE, "tz": "Asia/Shanghai"})
+    response = api(superuser).get(
+        "/api/v1/analytics/deliveries.csv", {**RANGE, "tz": "Asia/Shanghai"}
+    )
     assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
-    assert response["Content-Disposition"] == 'attachment; filename="cardloop-deliveries-20250310-20250311.csv"'
+    assert (
+        response["Content-Disposition"]
+        == 'attachment; filename="cardloop-deliveries-20250310-20250311.csv"'
+    )
     lines = _csv(response)
     assert tuple(lines[0]) == COLUMNS
     body = [dict(zip(COLUMNS, line, strict=True)) for line in lines[1:]]
@@ -205,7 +237,9 @@ def test_csv_has_bom_header_and_local_times(two_teams, api, superuser):
         "2025-03-10T10:00:00+08:00",
         "2025-03-10T09:00:00+08:00",
     ]
-    assert body[2]["reason_label"] == "不准确" and body[2]["rated_at"] == "2025-03-10T09:00:00+08:00"
+    assert (
+        body[2]["reason_label"] == "不准确" and body[2]["rated_at"] == "2025-03-10T09:00:00+08:00"
+    )
 
 
 def test_csv_lines_per_rating_and_for_unrated_deliveries(two_teams, rate, api, superuser):
@@ -224,9 +258,9 @@ def test_csv_lines_per_rating_and_for_unrated_deliveries(two_teams, rate, api, s
 
 
 def test_csv_neutralises_spreadsheet_formulas(make_delivery, api, superuser):
-    make_delivery(at=datetime(2025, 3, 10, 1, tzinfo=UTC), model="=HYPERLINK(\"x\")")
+    make_delivery(at=datetime(2025, 3, 10, 1, tzinfo=UTC), model='=HYPERLINK("x")')
     lines = _csv(api(superuser).get("/api/v1/analytics/deliveries.csv", RANGE))
-    assert lines[1][COLUMNS.index("model")] == "'=HYPERLINK(\"x\")"
+    assert lines[1][COLUMNS.index("model")] == '\'=HYPERLINK("x")'
 
 
 def test_post_is_405_json(api, superuser):
@@ -248,18 +282,38 @@ def test_openapi_schema_validates_with_zero_warnings(db):
     from django.core.management import call_command
 
     out = io.StringIO()
-    call_command("spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null", stdout=out, stderr=out)
+    call_command(
+        "spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null", stdout=out, stderr=out
+    )
 
 
 def test_schema_documents_the_filter_parameters(api, superuser):
     import yaml
 
     schema = yaml.safe_load(api(superuser).get("/api/schema/").content)
-    params = {p["name"]: p for p in schema["paths"]["/api/v1/analytics/summary"]["get"]["parameters"]}
+    params = {
+        p["name"]: p for p in schema["paths"]["/api/v1/analytics/summary"]["get"]["parameters"]
+    }
     assert params["from"]["required"] is True and params["to"]["required"] is True
     assert set(params["semantic"]["schema"]["enum"]) == {"positive", "progress", "negative"}
-    assert {"team", "bot", "chat", "topic", "model", "cli", "cli_version", "skill", "skill_version",
-            "workflow", "task", "status", "semantic", "verdict", "reason", "tz"} <= set(params)
+    assert {
+        "team",
+        "bot",
+        "chat",
+        "topic",
+        "model",
+        "cli",
+        "cli_version",
+        "skill",
+        "skill_version",
+        "workflow",
+        "task",
+        "status",
+        "semantic",
+        "verdict",
+        "reason",
+        "tz",
+    } <= set(params)
 
 
 def test_swagger_ui_is_served_without_a_cdn(client, superuser):
@@ -269,7 +323,12 @@ def test_swagger_ui_is_served_without_a_cdn(client, superuser):
     for cdn in ("cdn.jsdelivr", "unpkg.com", "cdnjs"):
         assert cdn not in html
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
-    assert client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js").status_code == 200
+    assert (
+        client.get(
+            "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+        ).status_code
+        == 200
+    )
 
 
 @pytest.mark.django_db(transaction=True)

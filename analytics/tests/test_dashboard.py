@@ -24,8 +24,14 @@ def test_logged_in_user_without_a_team_gets_a_403_page(client, django_user_model
 
 
 @pytest.mark.parametrize("has_team", [True, False], ids=["dashboard", "forbidden-page"])
-def test_both_pages_offer_a_sign_out_that_works(client, world, manager_of, django_user_model, has_team):
-    user = manager_of(world.team_a) if has_team else django_user_model.objects.create_user("plain", password="x")
+def test_both_pages_offer_a_sign_out_that_works(
+    client, world, manager_of, django_user_model, has_team
+):
+    user = (
+        manager_of(world.team_a)
+        if has_team
+        else django_user_model.objects.create_user("plain", password="x")
+    )
     client.force_login(user)
     html = client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert 'action="/accounts/logout/" method="post"' in html and "注销" in html
@@ -36,18 +42,24 @@ def test_both_pages_offer_a_sign_out_that_works(client, world, manager_of, djang
 def test_delivery_statuses_reach_the_page_script_translated(client, world, manager_of):
     client.force_login(manager_of(world.team_a))
     html = client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
-    config = json.loads(html.split('id="dashboard-config" type="application/json">')[1].split("</script>")[0])
+    config = json.loads(
+        html.split('id="dashboard-config" type="application/json">')[1].split("</script>")[0]
+    )
     assert set(config["statuses"]) == {value for value, _label in Delivery.Status.choices}
     assert config["statuses"]["sent"] != "sent"
 
 
-def test_manager_sees_only_their_teams_as_options_and_the_page_reads_the_api(client, world, manager_of):
+def test_manager_sees_only_their_teams_as_options_and_the_page_reads_the_api(
+    client, world, manager_of
+):
     client.force_login(manager_of(world.team_a))
     response = client.get("/dashboard/", HTTP_ACCEPT_LANGUAGE="en")
     assert response.status_code == 200
     html = response.content.decode()
     assert "Team A" in html and "Team B" not in html
-    config = json.loads(html.split('id="dashboard-config" type="application/json">')[1].split("</script>")[0])
+    config = json.loads(
+        html.split('id="dashboard-config" type="application/json">')[1].split("</script>")[0]
+    )
     assert config["api"]["summary"] == "/api/v1/analytics/summary"
     assert config["api"]["deliveries-csv"] == "/api/v1/analytics/deliveries.csv"
     assert "/static/vendor/chartjs/chart.umd.min.js" in html
@@ -55,7 +67,9 @@ def test_manager_sees_only_their_teams_as_options_and_the_page_reads_the_api(cli
         assert cdn not in html
 
 
-def test_manager_without_staff_status_signs_in_and_reads_the_dashboard(client, world, django_user_model):
+def test_manager_without_staff_status_signs_in_and_reads_the_dashboard(
+    client, world, django_user_model
+):
     from botadmin.models import TeamMembership
 
     user = django_user_model.objects.create_user("lead-no-staff", password="pw-tests-only")

@@ -69,7 +69,9 @@ def _login(page, live_server, next_path):
 
 
 def test_dashboard_loads_filters_change_numbers_and_csv_downloads(live_server, history, browser):
-    context = browser.new_context(locale="en-US", accept_downloads=True, viewport={"width": 1400, "height": 1600})
+    context = browser.new_context(
+        locale="en-US", accept_downloads=True, viewport={"width": 1400, "height": 1600}
+    )
     page = context.new_page()
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))

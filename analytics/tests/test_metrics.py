@@ -123,7 +123,12 @@ def test_delivery_dimension_filters_apply_to_deliveries_and_their_ratings(
 def test_trend_buckets_add_up_to_the_summary(scenario):
     query = q("2025-03-08", "2025-03-12")
     days = queries.trend(query, EVERYTHING, "day")["buckets"]
-    assert [str(b["date"]) for b in days] == ["2025-03-08", "2025-03-09", "2025-03-10", "2025-03-11"]
+    assert [str(b["date"]) for b in days] == [
+        "2025-03-08",
+        "2025-03-09",
+        "2025-03-10",
+        "2025-03-11",
+    ]
     assert [b["delivered"] for b in days] == [0, 1, 5, 0]
     cur = queries.summary(query, EVERYTHING)["current"]
     for key in ("delivered", "ratings", "rated_deliveries", "positive", "progress", "negative"):
@@ -190,7 +195,9 @@ def test_failures_count_failed_deliveries_and_failed_or_dead_outbox_rows_by_dime
 
     dest = WebhookDestination.objects.create(name="ops", url="https://hooks.example.com/x")
     make_delivery(
-        at=datetime(2025, 3, 10, 6, tzinfo=UTC), status="failed", error_code="worker_crash",
+        at=datetime(2025, 3, 10, 6, tzinfo=UTC),
+        status="failed",
+        error_code="worker_crash",
         model="claude-y",
     )
     _outbox_row(scenario["d1"], "dead", dest)
@@ -233,6 +240,11 @@ def test_each_figure_costs_a_fixed_number_of_queries_however_many_rows(
     scenario, make_delivery, rate, django_assert_num_queries, call, count
 ):
     for i in range(30):
-        rate(make_delivery(at=datetime(2025, 3, 10, 8, i, tzinfo=UTC)), "ou_x", "wrong", reason="too_slow")
+        rate(
+            make_delivery(at=datetime(2025, 3, 10, 8, i, tzinfo=UTC)),
+            "ou_x",
+            "wrong",
+            reason="too_slow",
+        )
     with django_assert_num_queries(count):
         call(q())

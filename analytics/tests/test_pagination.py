@@ -36,7 +36,9 @@ def b18(world):
 def _walk(client, params, key):
     pages, cursor = [], None
     while True:
-        response = client.get("/api/v1/analytics/deliveries", {**params, **({"cursor": cursor} if cursor else {})})
+        response = client.get(
+            "/api/v1/analytics/deliveries", {**params, **({"cursor": cursor} if cursor else {})}
+        )
         assert response.status_code == 200, response.content
         body = response.json()
         pages.append([r["delivery_id"] for r in body["results"]])
@@ -70,8 +72,12 @@ def test_previous_of_a_page_reached_backwards_has_a_next_that_returns_forward(b1
     first = client.get("/api/v1/analytics/deliveries", RANGE).json()
     assert first["previous"] is None
     second = client.get("/api/v1/analytics/deliveries", {**RANGE, "cursor": first["next"]}).json()
-    back = client.get("/api/v1/analytics/deliveries", {**RANGE, "cursor": second["previous"]}).json()
-    assert [r["delivery_id"] for r in back["results"]] == [r["delivery_id"] for r in first["results"]]
+    back = client.get(
+        "/api/v1/analytics/deliveries", {**RANGE, "cursor": second["previous"]}
+    ).json()
+    assert [r["delivery_id"] for r in back["results"]] == [
+        r["delivery_id"] for r in first["results"]
+    ]
     assert back["previous"] is None
     again = client.get("/api/v1/analytics/deliveries", {**RANGE, "cursor": back["next"]}).json()
     assert again["results"] == second["results"]
@@ -101,7 +107,9 @@ def test_cursor_round_trips_microseconds():
 
 @pytest.mark.parametrize("endpoint", ["deliveries", "deliveries.csv"])
 def test_client_ordering_is_refused(api, superuser, endpoint):
-    response = api(superuser).get(f"/api/v1/analytics/{endpoint}", {**RANGE, "ordering": "created_at"})
+    response = api(superuser).get(
+        f"/api/v1/analytics/{endpoint}", {**RANGE, "ordering": "created_at"}
+    )
     assert response.status_code == 400
     assert "ordering" in response.json()["detail"]
 
@@ -113,8 +121,10 @@ def test_filterset_qs_is_the_drill_down_population(b18, world, make_delivery, ra
 
     rated = Delivery.objects.get(delivery_id="tie_007")
     rate(rated, "ou_1", "wrong", reason="too_slow")
-    for params in ({"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC"},
-                   {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC", "reason": "too_slow"}):
+    for params in (
+        {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC"},
+        {"from": "2025-03-10", "to": "2025-03-11", "tz": "UTC", "reason": "too_slow"},
+    ):
         fs = AnalyticsFilterSet(data=params, queryset=Delivery.objects.all())
         assert fs.is_valid(), fs.errors
         assert set(fs.qs.values_list("id", flat=True)) == set(

@@ -47,11 +47,14 @@ def test_triggers_follow_queryset_updates_and_raw_sql(make_delivery, rate):
     a, b = make_delivery(), make_delivery()
     rate(a, "ou_1", "wrong")
     rate(b, "ou_2", "wrong")
-    LatestFeedback.objects.filter(delivery=a).update(semantic="positive", verdict_key="conclusive_usable")
+    LatestFeedback.objects.filter(delivery=a).update(
+        semantic="positive", verdict_key="conclusive_usable"
+    )
     assert counts_of(a) == (1, 0, 0)
     with connection.cursor() as cur:
         cur.execute(
-            "UPDATE feedback_latestfeedback SET delivery_id = %s WHERE delivery_id = %s", [a.id, b.id]
+            "UPDATE feedback_latestfeedback SET delivery_id = %s WHERE delivery_id = %s",
+            [a.id, b.id],
         )
     assert counts_of(a) == (1, 0, 1) and counts_of(b) == (0, 0, 0)
     assert rollups.mismatches() == []
@@ -136,24 +139,42 @@ def random_history(world, make_delivery, rate):
 
 @pytest.mark.parametrize(
     ("delivery", "rating"),
-    [({}, {}), ({"team": "A"}, {}), ({"bot": "cli_analytics"}, {}), ({}, {"semantic": "negative"}),
-     ({"team": "B"}, {"semantic": "progress"}), ({"bot": "cli_nope"}, {})],
+    [
+        ({}, {}),
+        ({"team": "A"}, {}),
+        ({"bot": "cli_analytics"}, {}),
+        ({}, {"semantic": "negative"}),
+        ({"team": "B"}, {"semantic": "progress"}),
+        ({"bot": "cli_nope"}, {}),
+    ],
 )
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Shanghai", "America/New_York", "Asia/Kathmandu"])
-def test_rollup_and_slot_grouping_equal_the_raw_latest_ratings(random_history, world, monkeypatch, delivery, rating, tz):
+def test_rollup_and_slot_grouping_equal_the_raw_latest_ratings(
+    random_history, world, monkeypatch, delivery, rating, tz
+):
     zone = zoneinfo.ZoneInfo(tz)
     team_ids = {"A": world.team_a.id, "B": world.team_b.id}
     delivery = {k: team_ids.get(v, v) for k, v in delivery.items()}
     query = AnalyticsQuery(
-        random_history + timedelta(days=3), random_history + timedelta(days=9), zone, delivery, rating
+        random_history + timedelta(days=3),
+        random_history + timedelta(days=9),
+        zone,
+        delivery,
+        rating,
     )
     assert queries.answerable_from_rollup(query)
     scopes = [EVERYTHING, Scope(team_ids=frozenset({world.team_a.id}))]
-    fast = [(queries.summary(query, s), queries.trend(query, s, "day"), queries.reasons(query, s)) for s in scopes]
+    fast = [
+        (queries.summary(query, s), queries.trend(query, s, "day"), queries.reasons(query, s))
+        for s in scopes
+    ]
     # The reference: latest ratings joined to deliveries, local dates computed row by row.
     monkeypatch.setattr(queries, "answerable_from_rollup", lambda q: False)
     monkeypatch.setattr(queries, "SLOT_SECONDS", ())
-    raw = [(queries.summary(query, s), queries.trend(query, s, "day"), queries.reasons(query, s)) for s in scopes]
+    raw = [
+        (queries.summary(query, s), queries.trend(query, s, "day"), queries.reasons(query, s))
+        for s in scopes
+    ]
     assert fast == raw
     assert fast[0][0]["current"]["ratings"] > 0 or delivery.get("bot") == "cli_nope" or rating
 
@@ -196,13 +217,20 @@ def test_concurrent_first_ratings_of_one_delivery_are_all_counted(world, make_de
             barrier.wait(timeout=10)
             with transaction.atomic():
                 rev = Revision.objects.create(
-                    revision_id=f"rev_c{i}", delivery_id=d.id, operator_open_id=f"ou_c{i}", revision=1,
+                    revision_id=f"rev_c{i}",
+                    delivery_id=d.id,
+                    operator_open_id=f"ou_c{i}",
+                    revision=1,
                     verdict_key="wrong" if i % 2 else "conclusive_usable",
-                    semantic="negative" if i % 2 else "positive", callback_key=f"cb_c{i}",
+                    semantic="negative" if i % 2 else "positive",
+                    callback_key=f"cb_c{i}",
                 )
                 LatestFeedback.objects.create(
-                    delivery_id=d.id, operator_open_id=f"ou_c{i}", revision=rev,
-                    semantic=rev.semantic, verdict_key=rev.verdict_key,
+                    delivery_id=d.id,
+                    operator_open_id=f"ou_c{i}",
+                    revision=rev,
+                    semantic=rev.semantic,
+                    verdict_key=rev.verdict_key,
                 )
         except Exception as exc:  # noqa: BLE001 - reported below
             failures.append(repr(exc))

@@ -15,8 +15,12 @@ NEW_YORK = zoneinfo.ZoneInfo("America/New_York")
 
 def test_a_date_boundary_is_local_midnight_converted_to_utc():
     assert periods.parse_boundary("2025-03-01", SHANGHAI) == datetime(2025, 2, 28, 16, tzinfo=UTC)
-    assert periods.parse_boundary("2025-03-01T08:00", SHANGHAI) == datetime(2025, 3, 1, 0, tzinfo=UTC)
-    assert periods.parse_boundary("2025-03-01T08:00Z", SHANGHAI) == datetime(2025, 3, 1, 8, tzinfo=UTC)
+    assert periods.parse_boundary("2025-03-01T08:00", SHANGHAI) == datetime(
+        2025, 3, 1, 0, tzinfo=UTC
+    )
+    assert periods.parse_boundary("2025-03-01T08:00Z", SHANGHAI) == datetime(
+        2025, 3, 1, 8, tzinfo=UTC
+    )
     with pytest.raises(ValueError):
         periods.parse_boundary("yesterday", SHANGHAI)
 
@@ -66,7 +70,9 @@ def test_previous_period_has_equal_local_length_across_dst():
 
 def test_range_span_is_measured_in_local_days():
     start = periods.parse_boundary("2024-03-01", NEW_YORK)
-    assert not periods.exceeds_max_span(start, periods.parse_boundary("2025-03-02", NEW_YORK), NEW_YORK)
+    assert not periods.exceeds_max_span(
+        start, periods.parse_boundary("2025-03-02", NEW_YORK), NEW_YORK
+    )
     assert periods.exceeds_max_span(start, periods.parse_boundary("2025-03-03", NEW_YORK), NEW_YORK)
 
 
@@ -90,7 +96,9 @@ def _trend(client, **params):
 
 
 def test_shanghai_buckets_split_at_local_midnight(b19, api, superuser):
-    days = _trend(api(superuser), **{"from": "2025-03-01", "to": "2025-03-03", "tz": "Asia/Shanghai"})
+    days = _trend(
+        api(superuser), **{"from": "2025-03-01", "to": "2025-03-03", "tz": "Asia/Shanghai"}
+    )
     assert {d: b["delivered"] for d, b in days.items()} == {"2025-03-01": 1, "2025-03-02": 1}
     assert days["2025-03-01"]["positive"] == 1
     assert (days["2025-03-02"]["negative"], days["2025-03-02"]["progress"]) == (1, 1)
@@ -118,7 +126,9 @@ def test_new_york_range_across_dst_has_one_bucket_per_day(make_delivery, api, su
     make_delivery(at=datetime(2025, 3, 9, 5, 0, tzinfo=UTC))  # 03-09 00:00 local
     make_delivery(at=datetime(2025, 3, 10, 3, 59, tzinfo=UTC))  # 03-09 23:59 EDT
     make_delivery(at=datetime(2025, 3, 10, 4, 0, tzinfo=UTC))  # 03-10 00:00 EDT
-    days = _trend(api(superuser), **{"from": "2025-03-08", "to": "2025-03-11", "tz": "America/New_York"})
+    days = _trend(
+        api(superuser), **{"from": "2025-03-08", "to": "2025-03-11", "tz": "America/New_York"}
+    )
     assert {d: b["delivered"] for d, b in days.items()} == {
         "2025-03-08": 0,
         "2025-03-09": 2,
@@ -149,7 +159,11 @@ def test_unknown_tz_is_400_naming_tz(api, superuser):
 
 def test_default_zone_is_the_report_zone_setting(b19, api, superuser, settings):
     settings.CARDLOOP_REPORT_TZ = "Asia/Shanghai"
-    body = api(superuser).get("/api/v1/analytics/trend", {"from": "2025-03-01", "to": "2025-03-03"}).json()
+    body = (
+        api(superuser)
+        .get("/api/v1/analytics/trend", {"from": "2025-03-01", "to": "2025-03-03"})
+        .json()
+    )
     assert body["range"]["tz"] == "Asia/Shanghai"
     assert [b["delivered"] for b in body["buckets"]] == [1, 1]
 
@@ -158,7 +172,9 @@ def test_half_hour_zone_splits_at_its_own_midnight(make_delivery, api, superuser
     # Asia/Kolkata is UTC+05:30: local midnight of 03-02 is 03-01 18:30Z.
     make_delivery(at=datetime(2025, 3, 1, 18, 29, 59, tzinfo=UTC))
     make_delivery(at=datetime(2025, 3, 1, 18, 30, tzinfo=UTC))
-    days = _trend(api(superuser), **{"from": "2025-03-01", "to": "2025-03-03", "tz": "Asia/Kolkata"})
+    days = _trend(
+        api(superuser), **{"from": "2025-03-01", "to": "2025-03-03", "tz": "Asia/Kolkata"}
+    )
     assert {d: b["delivered"] for d, b in days.items()} == {"2025-03-01": 1, "2025-03-02": 1}
 
 
@@ -181,7 +197,9 @@ def test_postgresql_groups_aligned_ranges_by_utc_slots_and_others_per_row(db):
 
     def grouping(start, tz):
         zone = zoneinfo.ZoneInfo(tz)
-        q = AnalyticsQuery(periods.parse_boundary(start, zone), periods.parse_boundary("2025-03-10", zone), zone)
+        q = AnalyticsQuery(
+            periods.parse_boundary(start, zone), periods.parse_boundary("2025-03-10", zone), zone
+        )
         plan = periods.buckets(q.start, q.end, zone, "day")
         return type(queries._day_grouping(q, plan)[0]("created_at")).__name__, plan
 

@@ -11,6 +11,7 @@ deadline, derandomized (the same cases every run). Long-polls are never held: a 
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 
@@ -90,23 +91,30 @@ def _meet_rules_stated_in_words(case) -> None:
     schema cannot express them); a generated valid case is brought in line with them:
 
     - `GET /api/v1/events`: `after` is a cursor the feed issued;
-    - analytics: `from` and `to` are dates or datetimes, from < to, at most 366 days apart;
+    - analytics: `tz` is an IANA zone name; `from` and `to` are dates or datetimes, from < to,
+      at most 366 days apart;
     - `PUT …/progress`: the first call of a session names `chat_id` or `open_id`;
     - `POST /api/v1/deliveries`: `card` is a Card JSON 2.0 card (Feishu's format, checked by
       Cardloop's card validator), and a registered message is not another delivery's;
     - `POST /api/v1/interactions`: action ids, action values and form field names are unique;
-    - `POST …/asks`: option labels are unique within a question.
+    - `POST …/asks`: option labels are unique within a question, and a requester is named
+      (or known from the session's progress card).
     """
+    from analytics import periods
     from feedback import events
 
     path, method = case.operation.path, case.method.upper()
-    query, body = case.query, case.body
+    # Hypothesis may hand the same objects to several cases: change copies.
+    case.query = query = copy.deepcopy(case.query)
+    case.body = body = copy.deepcopy(case.body)
     if path == "/api/v1/events" and query and query.get("after"):
         try:
             events.decode_cursor(str(query["after"]))
         except events.InvalidCursor:
             query["after"] = events.encode_cursor(0)
     elif path.startswith("/api/v1/analytics/") and query is not None:
+        if query.get("tz") and query["tz"] not in periods.known_zones():
+            query["tz"] = "UTC"
         if not _analytics_range_is_valid(query):
             query["from"], query["to"] = "2025-03-01", "2025-03-08T12:00:00Z"
         query.pop("cursor", None)  # opaque: only `next`/`previous` of an earlier page
@@ -127,6 +135,8 @@ def _meet_rules_stated_in_words(case) -> None:
         for i, field in enumerate(body.get("fields") or []):
             field["name"] = f"f{i}_{field['name']}"[:31]
     elif path.endswith("/asks") and method == "POST" and isinstance(body, dict):
+        if not str(body.get("requester_open_id") or "").strip():
+            body["requester_open_id"] = "ou_fuzz_requester"
         for question in body.get("questions") or []:
             for i, option in enumerate(question.get("options") or []):
                 option["label"] = f"{i}:{option['label']}"[:60]

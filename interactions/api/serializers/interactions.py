@@ -13,7 +13,7 @@ from interactions import kinds
 from interactions.approvals import service as approvals
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
-from plumbing.fields import OpenIdField, StrictBooleanField, StrictCharField
+from plumbing.fields import OpenIdField, StrictBooleanField, StrictCharField, StrictRegexField
 from plumbing.openapi import case_insensitive_pattern, state_rules, when
 
 ID_RE = r"^[A-Za-z0-9_-]{1,32}$"
@@ -23,7 +23,7 @@ class ActionSerializer(serializers.Serializer):
     """One button / option: `id` (stable key), `label` (shown), `value` (sent back; defaults to
     the id), `style` primary | default | danger."""
 
-    id = serializers.RegexField(ID_RE, max_length=32)
+    id = StrictRegexField(ID_RE, max_length=32)
     label = StrictCharField(min_length=1, max_length=40)
     value = StrictCharField(min_length=1, max_length=200, required=False)
     style = serializers.ChoiceField(
@@ -44,7 +44,7 @@ class OptionSerializer(serializers.Serializer):
 class FormFieldSerializer(serializers.Serializer):
     """One form field: `text` (an input) or `select` (one of `options`)."""
 
-    name = serializers.RegexField(r"^[a-z][a-z0-9_]{0,30}$")
+    name = StrictRegexField(r"^[a-z][a-z0-9_]{0,30}$")
     label = StrictCharField(min_length=1, max_length=60)
     type = serializers.ChoiceField(choices=["text", "select"], default="text")
     options = OptionSerializer(many=True, required=False, default=list)
@@ -122,6 +122,7 @@ class InteractionCreateSerializer(serializers.Serializer):
     channel = StrictCharField(
         default=kinds.FEISHU,
         max_length=16,
+        trim_whitespace=False,
         validators=[
             RegexValidator(
                 case_insensitive_pattern([*kinds.CAPABILITIES, *kinds.ALIASES]),
