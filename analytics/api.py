@@ -42,6 +42,25 @@ from feedback.models import Delivery
 from plumbing.api import ApiError
 
 
+def _parameter_schema(name: str, flt) -> dict:
+    """The JSON schema of one filter parameter: its type, range, length and pattern."""
+    if isinstance(flt, IntegerFilter):
+        return {
+            "type": "integer",
+            "minimum": flt.extra["min_value"],
+            "maximum": flt.extra["max_value"],
+        }
+    schema: dict = {"type": "string"}
+    if name in REQUIRED_PARAMETERS:
+        schema["minLength"] = 1
+    if flt.extra.get("max_length"):
+        schema["maxLength"] = flt.extra["max_length"]
+    for validator in flt.extra.get("validators", []):
+        if getattr(validator, "regex", None) is not None:
+            schema["pattern"] = validator.regex.pattern
+    return schema
+
+
 def filter_parameters() -> list[OpenApiParameter]:
     """OpenAPI query parameters generated from `AnalyticsFilterSet` (one source of truth)."""
     params = []
@@ -54,7 +73,7 @@ def filter_parameters() -> list[OpenApiParameter]:
         params.append(
             OpenApiParameter(
                 name,
-                OpenApiTypes.INT if isinstance(flt, IntegerFilter) else OpenApiTypes.STR,
+                _parameter_schema(name, flt),
                 OpenApiParameter.QUERY,
                 required=name in REQUIRED_PARAMETERS,
                 description=flt.label,
@@ -166,11 +185,19 @@ CURSOR = OpenApiParameter(
     "cursor",
     OpenApiTypes.STR,
     OpenApiParameter.QUERY,
-    description=_("Opaque cursor from `next` or `previous` of an earlier page."),
+    description=_(
+        "Opaque cursor from `next` or `previous` of an earlier page; any other value is 400 "
+        "`invalid_cursor`."
+    ),
 )
 PAGE_SIZE = OpenApiParameter(
     "page_size",
-    OpenApiTypes.INT,
+    {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": queries.MAX_PAGE_SIZE,
+        "default": queries.DEFAULT_PAGE_SIZE,
+    },
     OpenApiParameter.QUERY,
     description=_("Rows per page, 1–100 (default 50)."),
 )

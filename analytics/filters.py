@@ -207,7 +207,10 @@ class AnalyticsFilterSet(django_filters.FilterSet):
 
     locals()["from"] = django_filters.CharFilter(
         method="_by_query",
-        label=_("Start of the range (inclusive): YYYY-MM-DD (local midnight) or ISO 8601."),
+        label=_(
+            "Start of the range (inclusive): YYYY-MM-DD (local midnight) or an ISO 8601 "
+            "datetime, 1970-01-01 to 9000-01-01; earlier than `to`, at most 366 days before it."
+        ),
     )
     to = django_filters.CharFilter(
         method="_by_query",
@@ -216,7 +219,10 @@ class AnalyticsFilterSet(django_filters.FilterSet):
     tz = django_filters.CharFilter(
         method="_by_query",
         max_length=64,
-        label=_("IANA time zone of the report; default CARDLOOP_REPORT_TZ."),
+        label=_(
+            "IANA time zone of the report (such as Asia/Shanghai or UTC); default "
+            "CARDLOOP_REPORT_TZ. Any other name is 400 `unknown_tz`."
+        ),
     )
     team = IntegerFilter(method="_by_query", label=_("Team id (frozen on the delivery)."))
     bot = _text("bot", 64, _("Bot app_id (cli_…)."))

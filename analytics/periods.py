@@ -27,7 +27,7 @@ class UnknownZone(ValueError):
 
 
 @lru_cache(maxsize=1)
-def _known_zones() -> frozenset[str]:
+def known_zones() -> frozenset[str]:
     return frozenset(zoneinfo.available_timezones()) | {"UTC"}
 
 
@@ -37,7 +37,7 @@ def resolve_zone(name: str) -> zoneinfo.ZoneInfo:
     Raises `UnknownZone` for anything else (abbreviations such as `CST`, offsets, paths), so a
     bad `tz` parameter is a 400 and never reaches the database.
     """
-    if not isinstance(name, str) or name not in _known_zones():
+    if not isinstance(name, str) or name not in known_zones():
         raise UnknownZone(name)
     return zoneinfo.ZoneInfo(name)
 
@@ -93,7 +93,9 @@ def exceeds_max_span(start: datetime, end: datetime, tz: zoneinfo.ZoneInfo) -> b
     return end > limit.astimezone(UTC)
 
 
-def previous_period(start: datetime, end: datetime, tz: zoneinfo.ZoneInfo) -> tuple[datetime, datetime]:
+def previous_period(
+    start: datetime, end: datetime, tz: zoneinfo.ZoneInfo
+) -> tuple[datetime, datetime]:
     """The period of equal local wall-clock length that ends at `start`: `(prev_start, start)`.
 
     Example (Asia/Shanghai): `[2025-03-01, 2025-03-31)` → `[2025-01-30, 2025-03-01)` local.
@@ -116,7 +118,9 @@ class Bucket:
     days: tuple[date, ...]
 
 
-def buckets(start: datetime, end: datetime, tz: zoneinfo.ZoneInfo, granularity: str) -> list[Bucket]:
+def buckets(
+    start: datetime, end: datetime, tz: zoneinfo.ZoneInfo, granularity: str
+) -> list[Bucket]:
     """Every day (`granularity="day"`) or ISO week (`"week"`, Monday first) that intersects
     `[start, end)` in `tz`, in order, empty ones included. Raises `ValueError` for another
     granularity."""

@@ -86,9 +86,7 @@ def delivered(query: AnalyticsQuery, scope: Scope, start: datetime, end: datetim
     )
 
 
-def latest_ratings(
-    query: AnalyticsQuery, scope: Scope, start: datetime, end: datetime
-) -> QuerySet:
+def latest_ratings(query: AnalyticsQuery, scope: Scope, start: datetime, end: datetime) -> QuerySet:
     """Latest ratings (LatestFeedback) of `delivered(query, scope, start, end)` that match the
     rating dimensions."""
     return LatestFeedback.objects.filter(
@@ -108,9 +106,10 @@ ROLLUP_RATING_DIMENSIONS = frozenset({"semantic"})
 def answerable_from_rollup(query: AnalyticsQuery) -> bool:
     """True when `DeliveryRatingCounts` holds every number the query needs (only team, bot
     and semantic filters); otherwise the latest ratings are joined to the deliveries."""
-    return set(query.delivery_filters) <= ROLLUP_DELIVERY_DIMENSIONS and set(
-        query.rating_filters
-    ) <= ROLLUP_RATING_DIMENSIONS
+    return (
+        set(query.delivery_filters) <= ROLLUP_DELIVERY_DIMENSIONS
+        and set(query.rating_filters) <= ROLLUP_RATING_DIMENSIONS
+    )
 
 
 def rating_counts(query: AnalyticsQuery, scope: Scope, start: datetime, end: datetime) -> QuerySet:
@@ -120,7 +119,9 @@ def rating_counts(query: AnalyticsQuery, scope: Scope, start: datetime, end: dat
     if "team" in query.delivery_filters:
         qs = qs.filter(team_id=query.delivery_filters["team"])
     if "bot" in query.delivery_filters:
-        qs = qs.filter(bot_id__in=Bot.objects.filter(app_id=query.delivery_filters["bot"]).values("id"))
+        qs = qs.filter(
+            bot_id__in=Bot.objects.filter(app_id=query.delivery_filters["bot"]).values("id")
+        )
     return qs
 
 
@@ -128,9 +129,7 @@ def _rollup_terms(query: AnalyticsQuery) -> dict[str, Any]:
     """Expressions over the rollup: per-semantic counts (zero for semantics a `semantic`
     filter excludes) and their total."""
     wanted = query.rating_filters.get("semantic")
-    per = {
-        s.value: (F(s.value) if wanted in (None, s.value) else Value(0)) for s in SEMANTICS
-    }
+    per = {s.value: (F(s.value) if wanted in (None, s.value) else Value(0)) for s in SEMANTICS}
     total = per["positive"] + per["progress"] + per["negative"]
     return {"per": per, "total": total}
 
@@ -206,7 +205,9 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
         aggregates: dict[str, Any] = {}
         for suffix, when in (("", now), ("_prev", before)):
             aggregates[f"c_ratings{suffix}"] = Coalesce(Sum(terms["total"], filter=when), 0)
-            aggregates[f"c_rated{suffix}"] = Count("created_at", filter=when & Q(_gt0(terms["total"])))
+            aggregates[f"c_rated{suffix}"] = Count(
+                "created_at", filter=when & Q(_gt0(terms["total"]))
+            )
             for s in SEMANTICS:
                 aggregates[f"c_{s.value}{suffix}"] = Coalesce(
                     Sum(terms["per"][s.value], filter=when), 0
@@ -259,7 +260,12 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
     def slot(day: date) -> dict[str, int]:
         return per_day.setdefault(
             day,
-            {"delivered": 0, "ratings": 0, "rated_deliveries": 0, **{s.value: 0 for s in SEMANTICS}},
+            {
+                "delivered": 0,
+                "ratings": 0,
+                "rated_deliveries": 0,
+                **{s.value: 0 for s in SEMANTICS},
+            },
         )
 
     day_of, local_day = _day_grouping(query, plan)
@@ -310,7 +316,12 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
             counts[s.value] += row[s.value]
     out = []
     for bucket in plan:
-        totals = {"delivered": 0, "ratings": 0, "rated_deliveries": 0, **{s.value: 0 for s in SEMANTICS}}
+        totals = {
+            "delivered": 0,
+            "ratings": 0,
+            "rated_deliveries": 0,
+            **{s.value: 0 for s in SEMANTICS},
+        }
         for day in bucket.days:
             for key, value in per_day.get(day, {}).items():
                 totals[key] += value
@@ -624,7 +635,12 @@ def _ratings_by_delivery(query: AnalyticsQuery, ids: list[int]) -> dict[int, lis
     rows = (
         LatestFeedback.objects.filter(query.rating_q(), delivery_id__in=ids)
         .values(
-            "delivery_id", "semantic", "verdict_key", "reason_key", "updated_at", "revision__revision"
+            "delivery_id",
+            "semantic",
+            "verdict_key",
+            "reason_key",
+            "updated_at",
+            "revision__revision",
         )
         .order_by("delivery_id", "updated_at", "id")
     )

@@ -40,7 +40,9 @@ class RangeSerializer(PeriodSerializer):
 class FiguresSerializer(serializers.Serializer):
     delivered = serializers.IntegerField(help_text=_("Deliveries sent in the range, any status."))
     feedback_shown = serializers.IntegerField(help_text=_("Delivered with feedback buttons shown."))
-    ratings = serializers.IntegerField(help_text=_("Latest ratings (one per delivery and operator)."))
+    ratings = serializers.IntegerField(
+        help_text=_("Latest ratings (one per delivery and operator).")
+    )
     rated_deliveries = serializers.IntegerField(help_text=_("Deliveries with at least one rating."))
     positive = serializers.IntegerField()
     progress = serializers.IntegerField()

@@ -58,7 +58,9 @@ def dashboard(request):
     scope = scope_for(request.user)
     if scope is None:
         return render(request, "analytics/forbidden.html", status=403)
-    teams = Team.objects.all() if scope.is_everything else Team.objects.filter(id__in=scope.team_ids)
+    teams = (
+        Team.objects.all() if scope.is_everything else Team.objects.filter(id__in=scope.team_ids)
+    )
     zone = periods.resolve_zone(settings.CARDLOOP_REPORT_TZ)
     today = timezone.now().astimezone(zone).date()
     config = {

@@ -260,6 +260,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The enum names, then the error body and the answers every path can give.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "plumbing.openapi.document_errors",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ProgressStatusEnum": "interactions.models.ProgressSession.Status",
         "ReviewItemStatusEnum": "analytics.models.review.ReviewItem.Status",

@@ -15,15 +15,31 @@ from feedback import deliveries
 from feedback.models import Delivery
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
 from plumbing.api import ApiError
+from plumbing.fields import JsonObjectField, OpenIdField, StrictCharField
+from plumbing.openapi import state_rules
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024
 
 
+@state_rules(
+    together=(("session_id", "turn_id"), ("platform_message_id", "card_id")),
+    rules=(
+        {
+            "anyOf": [
+                {"properties": {"card": {"type": "object"}}, "required": ["card"]},
+                {
+                    "properties": {"platform_message_id": {"pattern": r"\S"}},
+                    "required": ["platform_message_id"],
+                },
+            ]
+        },
+    ),
+)
 class DeliveryCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/deliveries`."""
 
-    chat_id = serializers.CharField(max_length=64, help_text="Feishu chat_id (oc_…).")
+    chat_id = StrictCharField(max_length=64, help_text="Feishu chat_id (oc_…).")
     card = serializers.JSONField(
         required=False,
         allow_null=True,
@@ -40,29 +56,25 @@ class DeliveryCreateSerializer(serializers.Serializer):
         default="",
         help_text="`final` gets feedback buttons; `progress` or absent never does.",
     )
-    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
-    turn_id = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
-    native_session_id = serializers.CharField(
+    session_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
+    turn_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
+    native_session_id = StrictCharField(
         max_length=128, required=False, allow_blank=True, default=""
     )
     dispatch_attempt = serializers.IntegerField(
         min_value=0, max_value=2**31 - 1, required=False, default=0
     )
-    discriminator = serializers.CharField(
-        max_length=64, required=False, allow_blank=True, default=""
-    )
-    requester_open_id = serializers.RegexField(
-        r"^ou_[A-Za-z0-9_-]+$", max_length=64, required=False, allow_blank=True, default=""
-    )
-    topic_id = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
-    platform_message_id = serializers.CharField(
+    discriminator = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
+    requester_open_id = OpenIdField(required=False, allow_blank=True, default="")
+    topic_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
+    platform_message_id = StrictCharField(
         max_length=64,
         required=False,
         allow_blank=True,
         default="",
         help_text="Two-phase: the open_message_id of a card you sent yourself (with card_id).",
     )
-    card_id = serializers.CharField(
+    card_id = StrictCharField(
         max_length=64,
         required=False,
         allow_blank=True,
@@ -79,24 +91,16 @@ class DeliveryCreateSerializer(serializers.Serializer):
     duration_ms = serializers.IntegerField(
         min_value=0, max_value=2**53, required=False, allow_null=True, default=None
     )
-    usage = serializers.JSONField(required=False, allow_null=True, default=None)
-    model = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    cli_id = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    cli_version = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
-    skill_name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    skill_version = serializers.CharField(
-        max_length=50, required=False, allow_blank=True, default=""
-    )
-    workflow_id = serializers.CharField(
-        max_length=128, required=False, allow_blank=True, default=""
-    )
-    task_id = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
-    parent_task_id = serializers.CharField(
-        max_length=128, required=False, allow_blank=True, default=""
-    )
-    reasoning_effort = serializers.CharField(
-        max_length=20, required=False, allow_blank=True, default=""
-    )
+    usage = JsonObjectField(required=False, allow_null=True, default=None)
+    model = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
+    cli_id = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
+    cli_version = StrictCharField(max_length=50, required=False, allow_blank=True, default="")
+    skill_name = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
+    skill_version = StrictCharField(max_length=50, required=False, allow_blank=True, default="")
+    workflow_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
+    task_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
+    parent_task_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
+    reasoning_effort = StrictCharField(max_length=20, required=False, allow_blank=True, default="")
     content_ref = serializers.URLField(
         max_length=500,
         required=False,

@@ -8,10 +8,16 @@
 from __future__ import annotations
 
 import json
+import re
 
 from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +27,7 @@ from feedback import events, terminals
 from feedback.envelopes import FEED_TYPES
 from feedback.models import WorkerTerminal
 from plumbing.api import ApiError
+from plumbing.fields import JsonObjectField, StrictCharField
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024
@@ -29,15 +36,15 @@ MAX_USAGE_BYTES = 8 * 1024
 class TerminalSerializer(serializers.Serializer):
     """Body of `POST /api/v1/turns/terminal`."""
 
-    session_id = serializers.CharField(max_length=128)
-    turn_id = serializers.CharField(max_length=128)
+    session_id = StrictCharField(max_length=128)
+    turn_id = StrictCharField(max_length=128)
     attempt = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
     status = serializers.ChoiceField(choices=WorkerTerminal.Status.choices)
     completed_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     duration_ms = serializers.IntegerField(
         min_value=0, max_value=2**53, required=False, allow_null=True, default=None
     )
-    usage = serializers.JSONField(required=False, allow_null=True, default=None)
+    usage = JsonObjectField(required=False, allow_null=True, default=None)
 
     def validate_usage(self, value):
         if value is None:
@@ -66,7 +73,12 @@ class TurnTerminalView(APIView):
                 },
             ),
             200: None,
-            409: None,
+            400: OpenApiResponse(
+                description="`invalid`: a field breaks its rules (named in detail)."
+            ),
+            409: OpenApiResponse(
+                description="`terminal_status_conflict`: the turn already ended with another status."
+            ),
         },
         description=(
             "Store the worker terminal of (session_id, turn_id, attempt). Each sent delivery "
@@ -109,8 +121,8 @@ class TurnTerminalView(APIView):
 class FeedQuerySerializer(serializers.Serializer):
     """Query of `GET /api/v1/events`."""
 
-    after = serializers.CharField(required=False, allow_blank=True, max_length=200)
-    types = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    after = StrictCharField(required=False, allow_blank=True, max_length=200)
+    types = StrictCharField(required=False, allow_blank=True, max_length=200)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=1000, default=100)
 
     def validate_after(self, value):
@@ -135,6 +147,11 @@ class FeedQuerySerializer(serializers.Serializer):
         return names
 
 
+#: What `types` accepts: known types separated by commas (spaces and empty items ignored).
+_TYPE_NAME = "(?:" + "|".join(re.escape(t) for t in FEED_TYPES) + ")"
+_TYPES_PATTERN = rf"^\s*(?:{_TYPE_NAME}\s*)?(?:,\s*(?:{_TYPE_NAME}\s*)?)*$"
+
+
 class EventFeedView(APIView):
     """Durable event feed for subscribers without a webhook."""
 
@@ -142,9 +159,24 @@ class EventFeedView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("after", str, description="cursor from the previous page's next"),
-            OpenApiParameter("types", str, description="comma-separated event types"),
-            OpenApiParameter("limit", int, description="1–1000, default 100"),
+            OpenApiParameter(
+                "after",
+                {"type": "string", "maxLength": 200},
+                description=(
+                    "The `next` cursor of the previous page (absent or empty: from the start). "
+                    "Any other value is 400 `invalid`."
+                ),
+            ),
+            OpenApiParameter(
+                "types",
+                {"type": "string", "maxLength": 200, "pattern": _TYPES_PATTERN},
+                description="Comma-separated event types, of: " + ", ".join(FEED_TYPES) + ".",
+            ),
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                description="Events per page: 1 to 1000, default 100.",
+            ),
         ],
         responses={
             200: inline_serializer(
@@ -154,7 +186,11 @@ class EventFeedView(APIView):
                     "next": serializers.CharField(),
                     "has_more": serializers.BooleanField(),
                 },
-            )
+            ),
+            400: OpenApiResponse(
+                description="`invalid`: a cursor this feed did not issue, an unknown type, or a "
+                "limit out of range."
+            ),
         },
         description=(
             "Events in order after the cursor: each item is the stored envelope "

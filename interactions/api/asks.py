@@ -22,7 +22,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from interactions import kinds
-from interactions.api.base import BotAPIView, BotAsyncAPIView, invalid, wait_seconds
+from interactions.api.base import WAIT_SCHEMA, BotAPIView, BotAsyncAPIView, invalid, wait_seconds
 from interactions.api.serializers.asks import (
     AskCancelledSerializer,
     AskCreatedSerializer,
@@ -246,7 +246,9 @@ class AskDetailView(BotAsyncAPIView):
     @extend_schema(
         parameters=[
             OpenApiParameter(
-                "wait", float, description="Seconds to wait for a final state (0..60)."
+                "wait",
+                WAIT_SCHEMA,
+                description="Seconds to hold the request until a final state: 0 to 60 (default 0).",
             )
         ],
         responses={200: AskStateSerializer, 400: None, 404: None},

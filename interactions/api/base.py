@@ -44,6 +44,10 @@ def validated(serializer_class, data) -> dict:
     return serializer.validated_data
 
 
+#: The OpenAPI schema of `wait` (what `wait_seconds` accepts).
+WAIT_SCHEMA = {"type": "number", "minimum": 0, "maximum": MAX_WAIT, "default": 0}
+
+
 def wait_seconds(request) -> float:
     """The `wait` query parameter of a long-poll: 0..MAX_WAIT seconds (default 0). Raises 400
     `invalid` for anything else."""

@@ -19,7 +19,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from interactions import channels
-from interactions.api.base import BotAPIView, BotAsyncAPIView, invalid, wait_seconds
+from interactions.api.base import WAIT_SCHEMA, BotAPIView, BotAsyncAPIView, invalid, wait_seconds
 from interactions.api.serializers.interactions import (
     ApprovalCheckOutSerializer,
     ApprovalCheckSerializer,
@@ -152,8 +152,11 @@ class InteractionDetailView(BotAsyncAPIView):
         parameters=[
             OpenApiParameter(
                 "wait",
-                float,
-                description="Seconds to wait for a final state (0..60); answers at once when final.",
+                WAIT_SCHEMA,
+                description=(
+                    "Seconds to hold the request until a final state: 0 to 60 (default 0); "
+                    "answers at once when final."
+                ),
             )
         ],
         responses={200: InteractionSerializer, 400: None, 404: None},

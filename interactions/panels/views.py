@@ -13,6 +13,7 @@ call, serialize; token state changes are `botadmin.services.issue_desktop_token`
 from __future__ import annotations
 
 import logging
+import re
 
 from django.conf import settings
 from django.http import HttpResponseRedirect
@@ -32,6 +33,7 @@ from botadmin.auth import IsBot
 from botadmin.models import DesktopToken
 from interactions.panels import service as panels
 from plumbing.api import ApiError
+from plumbing.fields import OPEN_ID_MAX_LENGTH, OPEN_ID_PATTERN, OpenIdField, StrictCharField
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +49,11 @@ LIST_LIMIT = 200
 class DesktopTokenIssueSerializer(serializers.Serializer):
     """Body of `POST /api/v1/desktop-tokens`."""
 
-    open_id = serializers.CharField(
+    open_id = OpenIdField(
         max_length=services.OPEN_ID_MAX_LENGTH,
         help_text=gettext_lazy("The Feishu user (open_id) whose questions the panel shows."),
     )
-    label = serializers.CharField(
+    label = StrictCharField(
         max_length=100,
         required=False,
         allow_blank=True,
@@ -133,8 +135,19 @@ class DesktopTokensView(APIView):
     @extend_schema(
         operation_id="desktop_tokens_list",
         parameters=[
-            OpenApiParameter("open_id", str, description=gettext_lazy("Only this user's tokens.")),
-            OpenApiParameter("active", bool, description=gettext_lazy("true: not revoked only.")),
+            OpenApiParameter(
+                "open_id",
+                {"type": "string", "pattern": OPEN_ID_PATTERN, "maxLength": OPEN_ID_MAX_LENGTH},
+                description=gettext_lazy("Only this user's tokens (a Feishu open_id, ou_…)."),
+            ),
+            OpenApiParameter(
+                "active",
+                bool,
+                description=gettext_lazy(
+                    "true: only tokens not revoked; false: only revoked ones. Any other value "
+                    "(also an empty one) is 400 `invalid`."
+                ),
+            ),
         ],
         responses={200: DesktopTokenListSerializer, **_ERRORS},
         description=f"This bot's desktop tokens, newest first (at most {LIST_LIMIT}).",
@@ -142,10 +155,12 @@ class DesktopTokensView(APIView):
     def get(self, request):
         tokens = DesktopToken.objects.filter(bot=request.user.bot)
         open_id = request.query_params.get("open_id")
-        if open_id:
+        if open_id is not None:
+            if len(open_id) > OPEN_ID_MAX_LENGTH or not re.fullmatch(OPEN_ID_PATTERN, open_id):
+                raise ApiError("invalid", {"open_id": [_("Use a Feishu open_id (ou_…).")]})
             tokens = tokens.filter(open_id=open_id)
         active = request.query_params.get("active")
-        if active not in (None, "", "true", "false"):
+        if active not in (None, "true", "false"):
             raise ApiError("invalid", {"active": [_("Use true or false.")]})
         if active == "true":
             tokens = tokens.active()

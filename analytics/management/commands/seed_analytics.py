@@ -18,7 +18,11 @@ class Command(BaseCommand):
         parser.add_argument("--deliveries", type=int, default=10_000)
         parser.add_argument("--days", type=int, default=400)
         parser.add_argument(
-            "--seed", dest="random_seed", type=int, default=7, help="random seed (same seed, same data)"
+            "--seed",
+            dest="random_seed",
+            type=int,
+            default=7,
+            help="random seed (same seed, same data)",
         )
         parser.add_argument("--reset", action="store_true", help="delete earlier seed data first")
         parser.add_argument("--chunk", type=int, default=20_000, help="deliveries per transaction")
@@ -32,7 +36,9 @@ class Command(BaseCommand):
             self.stdout.write(f"Removed earlier seed data: {deleted}")
             existing = 0
         if existing == deliveries:
-            self.stdout.write(f"{existing} seed deliveries already present; nothing to do (--reset rebuilds).")
+            self.stdout.write(
+                f"{existing} seed deliveries already present; nothing to do (--reset rebuilds)."
+            )
             return
         if existing:
             raise CommandError(
@@ -40,8 +46,9 @@ class Command(BaseCommand):
             )
         started = time.monotonic()
         with tqdm(total=deliveries, unit="delivery", disable=options["verbosity"] == 0) as bar:
-            counts = seed.build(deliveries, days=days, seed=random_seed, chunk=chunk, progress=bar.update)
+            counts = seed.build(
+                deliveries, days=days, seed=random_seed, chunk=chunk, progress=bar.update
+            )
         self.stdout.write(
             self.style.SUCCESS(f"Seeded in {time.monotonic() - started:.1f}s: {counts}")
         )
-

@@ -10,37 +10,40 @@ from rest_framework import serializers
 from interactions.asks import card as session_card
 from interactions.asks import service as asks
 from interactions.models import ProgressSession
+from plumbing.fields import HttpsUrlField, OpenIdField, StrictBooleanField, StrictCharField
+from plumbing.openapi import state_rules
 
 
+@state_rules(exclusive=(("chat_id", "open_id"),))
 class ProgressSerializer(serializers.Serializer):
     """Body of `PUT /api/v1/sessions/<session_id>/progress`. Omitted fields keep their value."""
 
     status = serializers.ChoiceField(choices=ProgressSession.Status.choices)
-    title = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    summary = serializers.CharField(max_length=4000, required=False, allow_blank=True)
+    title = StrictCharField(max_length=200, required=False, allow_blank=True)
+    summary = StrictCharField(max_length=4000, required=False, allow_blank=True)
     tool_lines = serializers.ListField(
-        child=serializers.CharField(max_length=500, allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(max_length=500, allow_blank=True, trim_whitespace=False),
         max_length=50,
         required=False,
         help_text=_("Latest tool lines, newest last (the card shows the last 10)."),
     )
-    chat_id = serializers.CharField(
+    chat_id = StrictCharField(
         max_length=64,
         required=False,
         help_text=_("Where the first call sends the card (oc_…)."),
     )
-    open_id = serializers.CharField(
+    open_id = OpenIdField(
         max_length=64,
         required=False,
         help_text=_("Instead of chat_id: send the card to this user's p2p chat."),
     )
-    requester_open_id = serializers.CharField(
+    requester_open_id = OpenIdField(
         max_length=64,
         required=False,
         allow_blank=True,
         help_text=_("Who started the task: the only person who may answer and cancel."),
     )
-    details_url = serializers.URLField(
+    details_url = HttpsUrlField(
         max_length=500,
         required=False,
         allow_blank=True,
@@ -107,19 +110,19 @@ def progress_json(session: ProgressSession) -> dict:
 
 
 class AskOptionSerializer(serializers.Serializer):
-    label = serializers.CharField(min_length=1, max_length=60)
-    description = serializers.CharField(
-        max_length=500, required=False, allow_blank=True, default=""
-    )
+    label = StrictCharField(min_length=1, max_length=60)
+    description = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+@state_rules(rules=({"properties": {"options": {"minItems": 1, "maxItems": 10}}},))
 class QuestionSerializer(serializers.Serializer):
-    """One question: `{question, header, options: [{label, description}], multiSelect}`."""
+    """One question: `{question, header, options: [{label, description}], multiSelect}`;
+    option labels are unique within it."""
 
-    question = serializers.CharField(min_length=1, max_length=1000)
-    header = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    question = StrictCharField(min_length=1, max_length=1000)
+    header = StrictCharField(max_length=40, required=False, allow_blank=True, default="")
     options = AskOptionSerializer(many=True)
-    multiSelect = serializers.BooleanField(default=False)  # noqa: N815 - the field name the agent protocol uses
+    multiSelect = StrictBooleanField(default=False)  # noqa: N815 - the field name the agent protocol uses
 
     def validate_options(self, value):
         if not 1 <= len(value) <= 10:
@@ -130,20 +133,23 @@ class QuestionSerializer(serializers.Serializer):
         return value
 
 
+@state_rules(
+    rules=({"properties": {"questions": {"minItems": 1, "maxItems": asks.MAX_QUESTIONS}}},)
+)
 class AskCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/sessions/<session_id>/asks`."""
 
     questions = QuestionSerializer(many=True)
-    requester_open_id = serializers.CharField(
+    requester_open_id = OpenIdField(
         max_length=64,
         required=False,
         allow_blank=True,
         help_text=_("Who is asked; defaults to the progress session's requester."),
     )
-    chat_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
-    project_key = serializers.CharField(max_length=300, required=False, allow_blank=True)
-    workspace = serializers.CharField(max_length=1000, required=False, allow_blank=True)
-    subagent = serializers.CharField(
+    chat_id = StrictCharField(max_length=64, required=False, allow_blank=True)
+    project_key = StrictCharField(max_length=300, required=False, allow_blank=True)
+    workspace = StrictCharField(max_length=1000, required=False, allow_blank=True)
+    subagent = StrictCharField(
         max_length=100,
         required=False,
         allow_blank=True,
@@ -155,7 +161,7 @@ class AskCreateSerializer(serializers.Serializer):
         required=False,
         help_text=_("Default 900 (15 minutes)."),
     )
-    idempotency_key = serializers.CharField(
+    idempotency_key = StrictCharField(
         max_length=128,
         required=False,
         allow_blank=True,

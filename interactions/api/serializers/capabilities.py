@@ -6,11 +6,13 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
+from plumbing.fields import StrictCharField
+
 
 class CapabilitiesQuerySerializer(serializers.Serializer):
-    project_key = serializers.CharField(max_length=300, required=False, allow_blank=True)
-    workspace = serializers.CharField(max_length=1000, required=False, allow_blank=True)
-    subagent = serializers.CharField(
+    project_key = StrictCharField(max_length=300, required=False, allow_blank=True)
+    workspace = StrictCharField(max_length=1000, required=False, allow_blank=True)
+    subagent = StrictCharField(
         max_length=100,
         required=False,
         allow_blank=True,

@@ -3,6 +3,8 @@ their validation rules, and the interaction as the API returns it."""
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
@@ -11,6 +13,8 @@ from interactions import kinds
 from interactions.approvals import service as approvals
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
+from plumbing.fields import OpenIdField, StrictBooleanField, StrictCharField, StrictRegexField
+from plumbing.openapi import case_insensitive_pattern, state_rules, when
 
 ID_RE = r"^[A-Za-z0-9_-]{1,32}$"
 
@@ -19,9 +23,9 @@ class ActionSerializer(serializers.Serializer):
     """One button / option: `id` (stable key), `label` (shown), `value` (sent back; defaults to
     the id), `style` primary | default | danger."""
 
-    id = serializers.RegexField(ID_RE, max_length=32)
-    label = serializers.CharField(min_length=1, max_length=40)
-    value = serializers.CharField(min_length=1, max_length=200, required=False)
+    id = StrictRegexField(ID_RE, max_length=32)
+    label = StrictCharField(min_length=1, max_length=40)
+    value = StrictCharField(min_length=1, max_length=200, required=False)
     style = serializers.ChoiceField(
         choices=["primary", "default", "danger"], default="default", required=False
     )
@@ -33,19 +37,19 @@ class ActionSerializer(serializers.Serializer):
 
 
 class OptionSerializer(serializers.Serializer):
-    label = serializers.CharField(min_length=1, max_length=60)
-    value = serializers.CharField(min_length=1, max_length=100)
+    label = StrictCharField(min_length=1, max_length=60)
+    value = StrictCharField(min_length=1, max_length=100)
 
 
 class FormFieldSerializer(serializers.Serializer):
     """One form field: `text` (an input) or `select` (one of `options`)."""
 
-    name = serializers.RegexField(r"^[a-z][a-z0-9_]{0,30}$")
-    label = serializers.CharField(min_length=1, max_length=60)
+    name = StrictRegexField(r"^[a-z][a-z0-9_]{0,30}$")
+    label = StrictCharField(min_length=1, max_length=60)
     type = serializers.ChoiceField(choices=["text", "select"], default="text")
     options = OptionSerializer(many=True, required=False, default=list)
-    required = serializers.BooleanField(default=False)
-    placeholder = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    required = StrictBooleanField(default=False)
+    placeholder = StrictCharField(max_length=100, required=False, allow_blank=True)
     max_length = serializers.IntegerField(min_value=1, max_value=1000, required=False)
 
     def validate(self, attrs):
@@ -60,24 +64,80 @@ class FormFieldSerializer(serializers.Serializer):
         return attrs
 
 
+def _unknown_channel() -> str:
+    return str(_("Unknown channel; use one of: %(kinds)s.")) % {"kinds": ", ".join(kinds.KINDS)}
+
+
+_K = Interaction.Kind
+NON_BLANK = {"pattern": r"\S"}
+#: The rules of `InteractionCreateSerializer.validate` that JSON schema can state.
+CREATE_RULES = (
+    {
+        "anyOf": [
+            {
+                "properties": {"requester_open_id": {"minLength": 1}},
+                "required": ["requester_open_id"],
+            },
+            {"properties": {"allowed_open_ids": {"minItems": 1}}, "required": ["allowed_open_ids"]},
+        ]
+    },
+    {"properties": {"actions": {"maxItems": 10}, "fields": {"maxItems": 10}}},
+    when(
+        "kind",
+        [_K.APPROVAL],
+        {"properties": {"tool": NON_BLANK, "actions": {"maxItems": 0}}, "required": ["tool"]},
+    ),
+    when(
+        "always_scope",
+        [Interaction.Scope.SESSION],
+        {"properties": {"session_id": NON_BLANK}, "required": ["session_id"]},
+    ),
+    when(
+        "kind",
+        [_K.QUICK_REPLY, _K.FORM, _K.COMMAND],
+        {"properties": {"always_scope": {"enum": [""]}}},
+    ),
+    when(
+        "kind",
+        [_K.QUICK_REPLY],
+        {"properties": {"actions": {"minItems": 1}}, "required": ["actions"]},
+    ),
+    when("kind", [_K.FORM], {"properties": {"fields": {"minItems": 1}}, "required": ["fields"]}),
+    when(
+        "kind",
+        [_K.APPROVAL, _K.QUICK_REPLY, _K.COMMAND],
+        {"properties": {"fields": {"maxItems": 0}}},
+    ),
+)
+
+
+@state_rules(rules=CREATE_RULES)
 class InteractionCreateSerializer(serializers.Serializer):
-    """Body of `POST /api/v1/interactions`."""
+    """Body of `POST /api/v1/interactions`. Besides the rules of its fields and of
+    `CREATE_RULES`: action ids and values are unique, and so are form field names."""
 
     kind = serializers.ChoiceField(
         choices=[c for c in Interaction.Kind.choices if c[0] != Interaction.Kind.ASK]
     )
-    channel = serializers.CharField(
+    channel = StrictCharField(
         default=kinds.FEISHU,
         max_length=16,
+        trim_whitespace=False,
+        validators=[
+            RegexValidator(
+                case_insensitive_pattern([*kinds.CAPABILITIES, *kinds.ALIASES]),
+                lazy(_unknown_channel, str)(),
+            )
+        ],
         help_text=_("feishu | wechat | text (cli) | webhook (other)"),
     )
-    chat_id = serializers.CharField(max_length=64)
-    requester_open_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    chat_id = StrictCharField(max_length=64)
+    requester_open_id = OpenIdField(max_length=64, required=False, allow_blank=True)
     allowed_open_ids = serializers.ListField(
-        child=serializers.CharField(max_length=64), max_length=50, required=False, default=list
+        child=OpenIdField(), max_length=50, required=False, default=list
     )
-    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    request_id = serializers.CharField(
+    session_id = StrictCharField(max_length=128, required=False, allow_blank=True)
+    request_id = StrictCharField(
         max_length=128,
         required=False,
         allow_blank=True,
@@ -85,13 +145,13 @@ class InteractionCreateSerializer(serializers.Serializer):
             "Idempotency key: a retry with the same request_id returns the same interaction."
         ),
     )
-    title = serializers.CharField(min_length=1, max_length=200)
-    body = serializers.CharField(max_length=approvals.MAX_BODY, required=False, allow_blank=True)
-    tool = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    title = StrictCharField(min_length=1, max_length=200)
+    body = StrictCharField(max_length=approvals.MAX_BODY, required=False, allow_blank=True)
+    tool = StrictCharField(max_length=128, required=False, allow_blank=True)
     always_scope = serializers.ChoiceField(
         choices=Interaction.Scope.choices, required=False, allow_blank=True
     )
-    allow_always = serializers.BooleanField(default=True)
+    allow_always = StrictBooleanField(default=True)
     actions = ActionSerializer(many=True, required=False, default=list)
     fields = FormFieldSerializer(many=True, required=False, default=list)
     timeout_seconds = serializers.IntegerField(
@@ -220,14 +280,14 @@ OutcomeSerializer = inline_serializer(
 class ResolveSerializer(serializers.Serializer):
     """Body of `POST /api/v1/interactions/<id>/resolve`."""
 
-    value = serializers.CharField(
+    value = StrictCharField(
         max_length=approvals.MAX_TEXT_ANSWER,
         required=False,
         allow_blank=True,
         help_text=_("An action value, id or number; free text for command interactions."),
     )
     form = serializers.DictField(required=False, help_text=_("Form answers by field name."))
-    open_id = serializers.CharField(
+    open_id = OpenIdField(
         max_length=64,
         required=False,
         allow_blank=True,
@@ -236,9 +296,9 @@ class ResolveSerializer(serializers.Serializer):
 
 
 class ApprovalCheckSerializer(serializers.Serializer):
-    tool = serializers.CharField(max_length=128)
-    session_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    chat_id = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    tool = StrictCharField(max_length=128)
+    session_id = StrictCharField(max_length=128, required=False, allow_blank=True)
+    chat_id = StrictCharField(max_length=64, required=False, allow_blank=True)
 
 
 ApprovalCheckOutSerializer = inline_serializer(

@@ -8,14 +8,15 @@ from rest_framework import serializers
 
 from interactions.api.serializers.interactions import InteractionSerializer
 from interactions.approvals import textcommands
+from plumbing.fields import OpenIdField, StrictCharField
 
 
 class TextCommandSerializer(serializers.Serializer):
     """Body of `POST /api/v1/interactions/text-command`."""
 
-    text = serializers.CharField(max_length=textcommands.MAX_TEXT, trim_whitespace=False)
-    open_id = serializers.CharField(max_length=64, help_text=_("The sender."))
-    chat_id = serializers.CharField(max_length=64, help_text=_("Where it was typed."))
+    text = StrictCharField(max_length=textcommands.MAX_TEXT, trim_whitespace=False)
+    open_id = OpenIdField(max_length=64, help_text=_("The sender."))
+    chat_id = StrictCharField(max_length=64, help_text=_("Where it was typed."))
 
 
 TextCommandReplySerializer = inline_serializer(
