@@ -27,7 +27,10 @@ MAX_USAGE_BYTES = 8 * 1024
     rules=(
         {
             "anyOf": [
-                {"properties": {"card": {"type": "object"}}, "required": ["card"]},
+                {
+                    "properties": {"card": {"type": "object", "additionalProperties": True}},
+                    "required": ["card"],
+                },
                 {
                     "properties": {"platform_message_id": {"pattern": r"\S"}},
                     "required": ["platform_message_id"],
