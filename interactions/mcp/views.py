@@ -25,44 +25,53 @@ from rest_framework.views import APIView
 from botadmin.auth import IsBot
 from interactions.mcp import server, tokens, tools
 from plumbing.api import ApiError
+from plumbing.fields import OpenIdField, StrictBooleanField, StrictCharField, StrictRegexField
+from plumbing.openapi import state_rules
 
 SESSION_ID_MAX = 128
 #: `ou_…` / `oc_…` ids: printable ASCII without spaces.
 ID_RE = r"^[A-Za-z0-9_-]{1,64}$"
 
 
+@state_rules(
+    exclusive=(("chat_id", "open_id"),),
+    rules=(
+        {
+            "anyOf": [
+                {"properties": {"chat_id": {"pattern": r"\S"}}, "required": ["chat_id"]},
+                {"properties": {"open_id": {"pattern": r"\S"}}, "required": ["open_id"]},
+            ]
+        },
+    ),
+)
 class McpTokenCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/sessions/<session_id>/mcp-tokens`."""
 
-    chat_id = serializers.RegexField(
+    chat_id = StrictRegexField(
         ID_RE,
         max_length=64,
         required=False,
         help_text=_("The session's chat (oc_…): where approval cards go."),
     )
-    open_id = serializers.RegexField(
-        ID_RE,
-        max_length=64,
+    open_id = OpenIdField(
         required=False,
         help_text=_("Instead of chat_id: the user of a p2p session (ou_…)."),
     )
-    requester_open_id = serializers.RegexField(
-        ID_RE,
-        max_length=64,
+    requester_open_id = OpenIdField(
         required=False,
         help_text=_("Who is asked and may approve; defaults to the progress session's requester."),
     )
-    subagent = serializers.BooleanField(
+    subagent = StrictBooleanField(
         default=False,
         help_text=_("True for a sub-agent: its tool list has no ask_user_questions."),
     )
-    project_key = serializers.CharField(
+    project_key = StrictCharField(
         max_length=300,
         required=False,
         allow_blank=True,
         help_text=_("As for GET /api/v1/capabilities (decides the tool list)."),
     )
-    workspace = serializers.CharField(
+    workspace = StrictCharField(
         max_length=1000,
         required=False,
         allow_blank=True,
@@ -74,7 +83,7 @@ class McpTokenCreateSerializer(serializers.Serializer):
         default=tokens.DEFAULT_TTL,
         help_text=_("Seconds until the token expires: 60 to 86400, default 3600."),
     )
-    label = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    label = StrictCharField(max_length=100, required=False, allow_blank=True)
 
     def validate(self, attrs):
         if attrs.get("chat_id") and attrs.get("open_id"):
