@@ -65,7 +65,7 @@ class ProgressView(BotAPIView):
             "chat; later calls (200) update it through the card queue, rendered from the "
             "current state when applied. `recovering` withdraws every pending ask of the "
             "session (the card shows the recovery text, panels are told, old forms answer "
-            "'问题已失效'); completed / failed / cancelled end them (reason session_ended). "
+            "that the question is no longer valid); completed / failed / cancelled end them (reason session_ended). "
             "`cancel_requested` is true once the requester pressed 'Cancel task'. A failed "
             "first send answers 502 `send_failed` (state kept; the next PUT retries)."
         ),

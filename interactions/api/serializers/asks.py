@@ -228,7 +228,9 @@ class SessionAsksCancelSerializer(serializers.Serializer):
     reason = serializers.ChoiceField(
         choices=["cancelled", "recovering"],
         default="cancelled",
-        help_text=_("recovering: the agent runtime restarted (old forms answer '问题已失效')."),
+        help_text=_(
+            "recovering: the agent runtime restarted (old forms answer that the question is no longer valid)."
+        ),
     )
 
 
