@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchdb import ensure_database
-from panel_fanout import QUESTIONS, configure, start_daphne, summary
+from panel_fanout import configure, run_on_daphne, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -83,6 +80,7 @@ async def run(url: str, world: dict, args) -> dict[str, dict[str, list[float]]]:
     from interactions.lark.signing import seal
     from interactions.models import Ask, ProgressSession
     from interactions.render import progress_cards
+    from interactions.tests.ask_helpers import QUESTIONS
     from tests import feishu
 
     started = time.monotonic()
@@ -236,27 +234,9 @@ def main() -> None:
     env = configure(secret_dir)
     ensure_database(env.get("DATABASE_URL"))
     world = prepare()
-    from django.conf import settings
-    from django.db import connection
-
-    layer = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
-    log_path = Path(tempfile.mkdtemp(prefix="cardloop-bench-")) / "daphne.log"
-    process, url = start_daphne(env, log_path)
-    load_before = os.getloadavg()
-    try:
-        results = asyncio.run(run(url, world, args))
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    results, machine, log_path = run_on_daphne(env, lambda url: run(url, world, args))
     print()
-    print(
-        f"machine: {os.cpu_count()} cpu, {platform.python_implementation()} "
-        f"{platform.python_version()}, {connection.vendor}, {layer}; "
-        f"load avg at start {load_before[0]:.1f}, at end {os.getloadavg()[0]:.1f}"
-    )
+    print(machine)
     print(f"one Daphne process; {args.asks} asks per path, answered by a signed card submit")
     for label, rows in results.items():
         print(summary(f"{label}: register", rows["register"]))

@@ -322,6 +322,34 @@ async def run(url: str, world: dict, args) -> dict:
     }
 
 
+def run_on_daphne(env: dict, client) -> tuple[object, str, Path]:
+    """Start one Daphne process with `env`, run `asyncio.run(client(url))` against it, stop it.
+
+    Returns (the client's result, a line naming the machine — cores, Python, database, channel
+    layer, load average at start and end — and the path of Daphne's log)."""
+    from django.conf import settings
+    from django.db import connection
+
+    layer = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
+    log_path = Path(tempfile.mkdtemp(prefix="cardloop-bench-")) / "daphne.log"
+    process, url = start_daphne(env, log_path)
+    load_before = os.getloadavg()
+    try:
+        result = asyncio.run(client(url))
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    machine = (
+        f"machine: {os.cpu_count()} cpu, {platform.python_implementation()} "
+        f"{platform.python_version()}, {connection.vendor}, {layer}; "
+        f"load avg at start {load_before[0]:.1f}, at end {os.getloadavg()[0]:.1f}"
+    )
+    return result, machine, log_path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--panels", type=int, default=1000)
@@ -339,27 +367,9 @@ def main() -> None:
     env = configure(secret_dir)
     ensure_database(env.get("DATABASE_URL"))
     world = prepare(args.users)
-    from django.conf import settings
-    from django.db import connection
-
-    layer = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
-    log_path = Path(tempfile.mkdtemp(prefix="cardloop-bench-")) / "daphne.log"
-    process, url = start_daphne(env, log_path)
-    load_before = os.getloadavg()
-    try:
-        result = asyncio.run(run(url, world, args))
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    result, machine, log_path = run_on_daphne(env, lambda url: run(url, world, args))
     print()
-    print(
-        f"machine: {os.cpu_count()} cpu, {platform.python_implementation()} "
-        f"{platform.python_version()}, {connection.vendor}, {layer}; "
-        f"load avg at start {load_before[0]:.1f}, at end {os.getloadavg()[0]:.1f}"
-    )
+    print(machine)
     print(
         f"{args.panels} panels of {args.users} user(s), one Daphne process; {args.asks} asks, "
         f"each to the {args.panels // args.users} panel(s) of one user"
