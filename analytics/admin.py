@@ -1,8 +1,8 @@
 """Admin pages of analytics: review queues and reviewers, alert rules and the alert history.
 
 Who may *read analytics* is edited on the team page (botadmin's `TeamMembershipInline`); API
-tokens for scripts are issued under "Auth Token". Review items and alerts are read-only here:
-reviewers work at `/review/`, alerts are written by the alert worker. No admin page shows a
+tokens for scripts are issued under "Manager API tokens". Review items and alerts are read-only
+here: reviewers work at `/review/`, alerts are written by the alert worker. No admin page shows a
 rater's comment (only the review page does, to the item's team's reviewers, audited).
 """
 

@@ -1,9 +1,9 @@
 """The analytics API (`/api/v1/analytics/…`): parse the filter, authorize, call
 `analytics.queries`, serialize. Read-only, GET only.
 
-Authentication: a Django session (the dashboard) or a DRF token (`Authorization: Token <key>`,
-issued in the admin under "Auth Token"). No credentials → 401 JSON; a user who is neither a
-superuser nor a team manager → 403 JSON (see `analytics.access`).
+Authentication: a Django session (the dashboard) or a manager API token (`Authorization: Token
+cmk_…`, issued in the admin under "Manager API tokens", stored hashed). No credentials → 401
+JSON; a user who is neither a superuser nor a team manager → 403 JSON (see `analytics.access`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from django_filters import ChoiceFilter
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -38,6 +38,7 @@ from analytics.serializers import (
     SummarySerializer,
     TrendSerializer,
 )
+from botadmin.auth import ManagerTokenAuthentication
 from feedback.models import Delivery
 from plumbing.api import ApiError
 
@@ -93,8 +94,8 @@ ERRORS = {
 class AnalyticsAPIView(APIView):
     """Base of the analytics endpoints: auth, scope and the parsed filter."""
 
-    # TokenAuthentication first, so an anonymous call is answered 401 with WWW-Authenticate.
-    authentication_classes = (TokenAuthentication, SessionAuthentication)
+    # The token scheme first, so an anonymous call is answered 401 with WWW-Authenticate.
+    authentication_classes = (ManagerTokenAuthentication, SessionAuthentication)
     permission_classes = (IsAuthenticated, CanReadAnalytics)
 
     def analytics_query(self, request) -> AnalyticsQuery:

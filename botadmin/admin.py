@@ -24,6 +24,7 @@ from botadmin.admin_forms import (
     ApiKeyIssueForm,
     BotForm,
     ChatPolicyForm,
+    ManagerTokenIssueForm,
     TeamForm,
     layer_summary,
     policy_fieldsets,
@@ -36,6 +37,7 @@ from botadmin.models import (
     BotApiKey,
     Chat,
     ChatPolicy,
+    ManagerToken,
     Team,
     TeamChat,
     TeamMembership,
@@ -607,6 +609,74 @@ class BotApiKeyAdmin(HashedTokenAdmin):
     def issued_usage(self, request, token) -> str:
         return mark_safe(  # noqa: S308 - our own translated text, no values in it
             gettext("The bot backend sends it as <code>Authorization: Bearer &lt;key&gt;</code>.")
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Manager API tokens (they replace DRF's authtoken admin, which showed full keys)
+# ---------------------------------------------------------------------------------------------
+
+try:  # DRF's authtoken admin lists and shows whole keys; its rows were migrated and deleted
+    from rest_framework.authtoken.models import TokenProxy
+
+    admin.site.unregister(TokenProxy)
+except admin.sites.NotRegistered:  # pragma: no cover - authtoken's admin not loaded
+    pass
+
+
+@admin.register(ManagerToken)
+class ManagerTokenAdmin(HashedTokenAdmin):
+    list_display = ["prefix", "user", "label", "status", "created_at", "last_used_at", "created_by"]
+    list_filter = [TokenStatusFilter, "created_at"]
+    list_select_related = ["user", "created_by"]
+    search_fields = ["label", "lookup", "user__username"]
+    autocomplete_fields = ["user"]
+    change_form_template = "admin/botadmin/managertoken/change_form.html"
+    issue_form = ManagerTokenIssueForm
+    issue_fields = ["user", "label"]
+    detail_fields = [
+        "prefix",
+        "user",
+        "label",
+        "status",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+    ]
+    issued_title = _("Manager API token issued")
+    issued_texts = {
+        "copy_now": _(
+            "Copy the token now. It is shown only this once: Cardloop keeps only its hash and "
+            "cannot show it again."
+        ),
+        "raw_label": _("API token"),
+        "token_link": _("Token %(prefix)s (revoke it there)"),
+        "back": _("Back to manager API tokens"),
+    }
+    revoked_message = _("Token %(token)s revoked; it no longer authenticates.")
+    revoked_count_message = ngettext_lazy("%(n)d token revoked.", "%(n)d tokens revoked.", "n")
+
+    @admin.display(description=_("token"), ordering="lookup")
+    def prefix(self, obj):
+        return services.manager_token_prefix(obj) if obj.lookup else "—"
+
+    def token_prefix(self, token) -> str:
+        return services.manager_token_prefix(token)
+
+    def issue(self, request, obj):
+        return services.issue_manager_token(request.user, obj.user, obj.label)
+
+    def revoke(self, request, token) -> None:
+        services.revoke_manager_token(request.user, token)
+
+    def issued_usage(self, request, token) -> str:
+        return mark_safe(  # noqa: S308 - our own translated text, no values in it
+            gettext(
+                "Scripts send it as <code>Authorization: Token &lt;token&gt;</code> to "
+                "<code>/api/v1/analytics/…</code> and <code>/api/v1/review/…</code>; it "
+                "reads what its user may read."
+            )
         )
 
 

@@ -22,7 +22,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from botadmin import policy as pol
-from botadmin.models import Bot, BotApiKey, ChatPolicy, Team
+from botadmin.models import Bot, BotApiKey, ChatPolicy, ManagerToken, Team
 from plumbing.parsers import contains_unstorable
 
 BUTTON_ROWS = pol.BUTTONS_MAX
@@ -529,6 +529,15 @@ class ApiKeyIssueForm(forms.ModelForm):
         model = BotApiKey
         fields = ["bot", "label"]
         help_texts = {"label": _("What uses this key, e.g. “prod bot backend”.")}
+
+
+class ManagerTokenIssueForm(forms.ModelForm):
+    """Issuing a manager API token: pick the user, give a label; the token is generated."""
+
+    class Meta:
+        model = ManagerToken
+        fields = ["user", "label"]
+        help_texts = {"label": _("What uses this token, e.g. “weekly report script”.")}
 
 
 # ---------------------------------------------------------------------------------------------

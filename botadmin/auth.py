@@ -1,4 +1,5 @@
-"""Authentication of the bot backend (`Authorization: Bearer clk_…`) for DRF views.
+"""Authentication of the bot backend (`Authorization: Bearer clk_…`) and of managers' API
+tokens (`Authorization: Token cmk_…`) for DRF views.
 
 A valid key makes `request.user` a `BotPrincipal` (authenticated, not staff) and `request.auth`
 the `BotApiKey` row. Staff sessions still work through DRF's SessionAuthentication; views that
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from django.utils.translation import gettext_lazy as _
 from rest_framework import authentication, exceptions, permissions
 
-from botadmin.models import Bot, BotApiKey
+from botadmin.models import Bot, BotApiKey, ManagerToken
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,45 @@ class BotApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="cardloop"'
+
+
+class ManagerTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Token <token>` (or `Bearer cmk_…`): a manager API token
+    (`botadmin.models.ManagerToken`, `cmk_…`, or a key migrated from DRF's `authtoken`).
+
+    A valid token makes `request.user` its user and `request.auth` the row; an unknown or
+    revoked token, or a token of a deactivated user, is 401. `Bearer` with anything but
+    `cmk_…` is left to the other authenticators (bot API keys). The scheme of RFC 6750 is
+    accepted besides DRF's `Token`, so scripts may use either.
+    """
+
+    keyword = "Token"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request)
+        if not header:
+            return None
+        try:
+            scheme, _sep, raw = header.decode("ascii").partition(" ")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed(_("Malformed Authorization header.")) from None
+        raw = raw.strip()
+        scheme = scheme.lower()
+        if scheme == "bearer" and not raw.startswith(f"{ManagerToken.PREFIX_TAG}_"):
+            return None
+        if scheme not in ("token", "bearer"):
+            return None
+        token = ManagerToken.find_active(raw) if raw else None
+        if token is None:
+            raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
+        token = ManagerToken.objects.select_related("user").get(pk=token.pk)
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
+        token.touch()
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
 
 
 class IsBot(permissions.BasePermission):

@@ -245,7 +245,7 @@ class ChatPolicy(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
-# Hashed tokens (bot API keys, desktop tokens)
+# Hashed tokens (bot API keys, desktop tokens, manager API tokens)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -371,6 +371,82 @@ class DesktopToken(HashedToken):
     def __str__(self) -> str:
         # Never the open_id: this string lands in audit entries and admin messages.
         return f"cdt_{self.lookup}_…" + (f" ({self.label})" if self.label else "")
+
+
+#: Shortest and longest key of DRF's `authtoken` that migrates into a `ManagerToken` (DRF made
+#: 40 hex characters; its column holds at most 40).
+LEGACY_KEY_LENGTHS = (24, 40)
+#: Characters of a migrated DRF key kept in clear as its lookup (12: never the 8 of a new
+#: token's lookup, so the two kinds cannot collide; 28+ characters stay secret).
+LEGACY_LOOKUP_LENGTH = 12
+
+
+def legacy_lookup(raw: str) -> str | None:
+    """The lookup a key of DRF's `authtoken` was migrated under, or None when `raw` does not
+    have the shape of such a key (24–40 ASCII letters or digits). Pure."""
+    low, high = LEGACY_KEY_LENGTHS
+    if not isinstance(raw, str) or not (low <= len(raw) <= high):
+        return None
+    if not (raw.isascii() and raw.isalnum()):
+        return None
+    return raw[:LEGACY_LOOKUP_LENGTH]
+
+
+class ManagerToken(HashedToken):
+    """API token of a manager or reviewer (`Authorization: Token cmk_…`): a script reads the
+    analytics and review API as that user, with that user's teams and permissions.
+
+    Shown once, stored as SHA-256 like bot API keys and desktop tokens. `legacy` rows came from
+    DRF's `authtoken` table (whose full keys were stored and shown): the migration stored each
+    key's hash with its first `LEGACY_LOOKUP_LENGTH` characters as lookup and deleted the key,
+    so those tokens keep working without a prefix of their own.
+    """
+
+    PREFIX_TAG = "cmk"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="manager_tokens",
+        verbose_name=_("user"),
+        help_text=_("The token acts as this user: their teams, their reviewer permissions."),
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    legacy = models.BooleanField(
+        _("migrated key"),
+        default=False,
+        editable=False,
+        help_text=_("Migrated from a key of the earlier token table (no cmk_ prefix)."),
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = _("manager API token")
+        verbose_name_plural = _("manager API tokens")
+
+    def __str__(self) -> str:
+        # Never the raw value: this string lands in audit entries and admin messages.
+        prefix = f"{self.lookup}…" if self.legacy else f"cmk_{self.lookup}_…"
+        return prefix + (f" ({self.label})" if self.label else "")
+
+    @classmethod
+    def find_active(cls, raw: str):
+        """The active row for `raw` (`cmk_…`, or a migrated DRF key), or None. Constant-time
+        hash compare; never raises on malformed input."""
+        lookup = None if not isinstance(raw, str) or raw.startswith("cmk_") else legacy_lookup(raw)
+        if lookup is None:
+            return super().find_active(raw)
+        row = cls.objects.active().filter(lookup=lookup, legacy=True).first()
+        if row is None or not hmac.compare_digest(row.token_hash, _hash_token(raw)):
+            return None
+        return row
 
 
 # ---------------------------------------------------------------------------------------------

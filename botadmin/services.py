@@ -27,6 +27,7 @@ from botadmin.models import (
     Chat,
     ChatPolicy,
     DesktopToken,
+    ManagerToken,
     Team,
     TeamChat,
     TeamMembership,
@@ -442,6 +443,49 @@ def revoke_desktop_token(actor: Any, token: DesktopToken) -> DesktopToken:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Manager API tokens (analytics and review API as a user)
+# ---------------------------------------------------------------------------------------------
+
+
+def manager_token_prefix(token: ManagerToken) -> str:
+    """The public part of a manager token (`cmk_<lookup>_…`; a migrated key: its first
+    characters and `…`), safe to show and log."""
+    if token.legacy:
+        return f"{token.lookup}…"
+    return f"{ManagerToken.PREFIX_TAG}_{token.lookup}_…"
+
+
+@transaction.atomic
+def issue_manager_token(actor: Any, user, label: str = "") -> tuple[str, ManagerToken]:
+    """Issue an API token that acts as `user` on the analytics and review API
+    (`Authorization: Token cmk_…`). Returns `(raw token, row)`: show the raw token once; only
+    its SHA-256 is stored. The token grants nothing of its own: what `user` may read is
+    decided per request by their team memberships and reviewer permissions. Audit
+    `managertoken.issued` with the user, the token's prefix and label."""
+    raw, lookup = ManagerToken.new_raw()
+    token = ManagerToken(user=user, label=(label or "")[:100], created_by=_actor_user(actor))
+    token.set_raw(raw, lookup)
+    token.save()
+    audit.record(
+        actor,
+        "managertoken.issued",
+        token,
+        None,
+        {"user": user.get_username(), "token": manager_token_prefix(token), "label": token.label},
+    )
+    return raw, token
+
+
+@transaction.atomic
+def revoke_manager_token(actor: Any, token: ManagerToken) -> ManagerToken:
+    """Revoke `token`: the next request with it gets 401. No-op when already revoked.
+    Audit `managertoken.revoked`: `{"revoked_at": None}` → `{"revoked_at": ISO time}`."""
+    return _revoke_hashed_token(
+        actor, token, action="managertoken.revoked", name="token", prefix=manager_token_prefix
+    )
+
+
 __all__ = [
     "PolicyError",
     "add_team_member",
@@ -455,10 +499,13 @@ __all__ = [
     "effective_policy_for",
     "issue_api_key",
     "issue_desktop_token",
+    "issue_manager_token",
     "key_prefix",
+    "manager_token_prefix",
     "remove_team_member",
     "revoke_api_key",
     "revoke_desktop_token",
+    "revoke_manager_token",
     "save_bot",
     "save_chat",
     "save_team",

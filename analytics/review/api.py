@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,6 +29,7 @@ from analytics.review.serializers import (
     QueueSerializer,
 )
 from analytics.serializers import ErrorSerializer
+from botadmin.auth import ManagerTokenAuthentication
 from plumbing.api import ApiError
 
 ERRORS = {
@@ -60,7 +61,7 @@ def queue_dict(queue, teams, now) -> dict:
 class ReviewAPIView(APIView):
     """Base: session or token, reviewers only, `ReviewError` → 4xx JSON."""
 
-    authentication_classes = (TokenAuthentication, SessionAuthentication)
+    authentication_classes = (ManagerTokenAuthentication, SessionAuthentication)
     permission_classes = (IsAuthenticated, IsReviewer)
 
     def handle_exception(self, exc):

@@ -45,6 +45,7 @@ def test_team_admin_edits_managers_and_membership_opens_the_team_analytics(
     assert body.status_code == 200 and body.json()["current"]["delivered"] == 1
 
 
-def test_token_admin_is_available(client, superuser):
+def test_manager_token_admin_replaces_the_plain_key_admin(client, superuser):
     client.force_login(superuser)
-    assert client.get("/admin/authtoken/tokenproxy/add/").status_code == 200
+    assert client.get("/admin/botadmin/managertoken/add/").status_code == 200
+    assert client.get("/admin/authtoken/tokenproxy/").status_code == 404

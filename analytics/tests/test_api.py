@@ -68,11 +68,11 @@ def test_bot_api_key_is_not_a_manager(bot_client):
 
 
 def test_token_auth_works_for_a_manager(two_teams, world, manager_of, api):
-    from rest_framework.authtoken.models import Token
+    from botadmin import services
 
-    token = Token.objects.create(user=manager_of(world.team_a))
+    raw, _token = services.issue_manager_token("test", manager_of(world.team_a))
     client = api()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
     response = client.get("/api/v1/analytics/summary", RANGE)
     assert response.status_code == 200
     assert response.json()["current"]["delivered"] == 1

@@ -62,16 +62,17 @@ def bot_key(transactional_db, make_bot, make_api_key):
 
 @pytest.fixture
 def manager_token(transactional_db):
-    """The Authorization header of a team manager's DRF token."""
+    """The Authorization header of a team manager's API token."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
+    from botadmin import services
     from botadmin.models import Team, TeamMembership
 
     team = Team.objects.create(name="Fuzz team")
     user = get_user_model().objects.create_user("fuzz-manager", password="x")
     TeamMembership.objects.create(team=team, user=user)
-    return f"Token {Token.objects.create(user=user).key}"
+    raw, _token = services.issue_manager_token("fuzz", user)
+    return f"Token {raw}"
 
 
 def _analytics_range_is_valid(query: dict) -> bool:
