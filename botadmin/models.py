@@ -450,6 +450,52 @@ class ManagerToken(HashedToken):
 
 
 # ---------------------------------------------------------------------------------------------
+# Feishu sign-in: which Feishu account is which Django user
+# ---------------------------------------------------------------------------------------------
+
+
+class FeishuIdentity(models.Model):
+    """A Feishu account that signs in to Cardloop (OAuth web login of `bot`'s app) as `user`.
+
+    `open_id` is the account's id in `bot`'s app; `union_id` is the same person across the
+    apps of one developer, so a second sign-in bot finds the same user through it, within one
+    `tenant_key` (the company). What `user` may do stays Cardloop's: team memberships and the
+    reviewer permission are granted in the admin, never by signing in. State changes:
+    `botadmin.services.sign_in_feishu_user`. `str()` never shows the ids.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="feishu_identities",
+        verbose_name=_("user"),
+    )
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, related_name="feishu_identities", verbose_name=_("bot")
+    )
+    tenant_key = models.CharField(_("tenant_key"), max_length=64)
+    open_id = models.CharField(_("open_id"), max_length=64)
+    union_id = models.CharField(_("union_id"), max_length=64, blank=True)
+    name = models.CharField(_("name in Feishu"), max_length=100, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_login_at = models.DateTimeField(_("last sign-in"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_login_at", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "open_id"], name="feishu_identity_open_id")
+        ]
+        indexes = [
+            models.Index(fields=["tenant_key", "union_id"], name="feishu_identity_union"),
+        ]
+        verbose_name = _("Feishu account")
+        verbose_name_plural = _("Feishu accounts")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.bot.app_id}"
+
+
+# ---------------------------------------------------------------------------------------------
 # Audit
 # ---------------------------------------------------------------------------------------------
 

@@ -15,8 +15,10 @@ freeze) the feedback policy of a delivery.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -27,6 +29,7 @@ from botadmin.models import (
     Chat,
     ChatPolicy,
     DesktopToken,
+    FeishuIdentity,
     ManagerToken,
     Team,
     TeamChat,
@@ -486,6 +489,88 @@ def revoke_manager_token(actor: Any, token: ManagerToken) -> ManagerToken:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Feishu sign-in
+# ---------------------------------------------------------------------------------------------
+
+
+class SignInRefused(Exception):
+    """A verified Feishu account may not sign in: `reason` is `"staff"` (staff and superuser
+    accounts sign in with their password) or `"inactive"` (a deactivated user)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _feishu_username(tenant_key: str, person_id: str) -> str:
+    """Username of a user made by a first sign-in: stable, and no Feishu id in it."""
+    digest = hashlib.sha256(f"{tenant_key}:{person_id}".encode()).hexdigest()[:16]
+    return f"feishu-{digest}"
+
+
+@transaction.atomic
+def sign_in_feishu_user(
+    bot: Bot, *, tenant_key: str, open_id: str, union_id: str = "", name: str = ""
+) -> tuple[Any, bool]:
+    """The Django user a verified Feishu account (of `bot`'s app, in `tenant_key`) signs in as.
+    Returns `(user, created)`.
+
+    Lookup: the account's `FeishuIdentity` by (`bot`, `open_id`); else one of the same person
+    (`union_id`) in the same tenant through another bot, which gets linked; else a new user
+    (a `feishu-…` username, the Feishu name as first name, no usable password, no team, no
+    permission: ops grant those in the admin). The caller has checked `tenant_key` against
+    the bot's tenant. Updates the identity's name, union_id and last sign-in. Audit
+    `feishuidentity.linked` (bot, username; never an open_id) when an identity is new.
+    Raises `SignInRefused("staff")` for a staff or superuser account and
+    `SignInRefused("inactive")` for a deactivated one (nothing written then), and
+    IntegrityError when a concurrent first sign-in of the same account won (call again).
+    """
+    identity = (
+        FeishuIdentity.objects.select_for_update()
+        .select_related("user")
+        .filter(bot=bot, open_id=open_id)
+        .first()
+    )
+    created = False
+    if identity is None:
+        user = None
+        if union_id:
+            other = (
+                FeishuIdentity.objects.select_related("user")
+                .filter(tenant_key=tenant_key, union_id=union_id)
+                .order_by("created_at")
+                .first()
+            )
+            user = other.user if other is not None else None
+        if user is None:
+            user = get_user_model().objects.create_user(
+                username=_feishu_username(tenant_key, union_id or open_id),
+                first_name=(name or "")[:150],
+            )
+            created = True
+        identity = FeishuIdentity.objects.create(
+            user=user, bot=bot, tenant_key=tenant_key, open_id=open_id, union_id=union_id
+        )
+        audit.record(
+            "feishu sign-in",
+            "feishuidentity.linked",
+            identity,
+            None,
+            {"bot": bot.app_id, "user": user.get_username(), "new_user": created},
+        )
+    user = identity.user
+    if user.is_staff or user.is_superuser:
+        raise SignInRefused("staff")
+    if not user.is_active:
+        raise SignInRefused("inactive")
+    identity.name = (name or "")[:100]
+    identity.union_id = union_id or identity.union_id
+    identity.last_login_at = timezone.now()
+    identity.save(update_fields=["name", "union_id", "last_login_at"])
+    return user, created
+
+
 __all__ = [
     "PolicyError",
     "add_team_member",
@@ -512,5 +597,6 @@ __all__ = [
     "set_bot_secret",
     "set_chat_policy",
     "set_policy_layer",
+    "sign_in_feishu_user",
     "unbind_team_chat",
 ]

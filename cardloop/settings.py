@@ -284,6 +284,11 @@ CARDLOOP_ALERT_INTERVAL = env.float("CARDLOOP_ALERT_INTERVAL", default=30.0)
 CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
 #: Tests only: point every lark-oapi client at a loopback stub (`http://127.0.0.1:<port>`).
 CARDLOOP_LARK_DOMAIN = env.str("CARDLOOP_LARK_DOMAIN", default="")
+#: Sign in with Feishu: the app_id of the bot whose Feishu/Lark app signs people in (its app
+#: secret exchanges the codes), and the tenant_key of the company that app belongs to (only its
+#: accounts may sign in). Either unset: no sign-in with Feishu.
+CARDLOOP_FEISHU_SIGNIN_APP = env.str("CARDLOOP_FEISHU_SIGNIN_APP", default="")
+CARDLOOP_FEISHU_SIGNIN_TENANT = env.str("CARDLOOP_FEISHU_SIGNIN_TENANT", default="")
 #: Tests only: allow webhook targets on loopback / private addresses (nothing else is lifted).
 CARDLOOP_WEBHOOK_ALLOW_PRIVATE = env.bool("CARDLOOP_WEBHOOK_ALLOW_PRIVATE", default=False)
 #: Attempts of one outbox row before it is dead (retryable failures only).

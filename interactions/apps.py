@@ -24,6 +24,7 @@ class InteractionsConfig(AppConfig):
         from interactions.channels.text import text_channels
         from interactions.lifecycle import resolve as lifecycle
         from interactions.models import Interaction
+        from interactions.signin import service as signin  # noqa: F401 - connects its receiver
 
         # The channels interactions can be shown on (a new channel registers here).
         channels.register(FeishuChannel())
