@@ -37,13 +37,14 @@ from botadmin.models import (
     BotApiKey,
     Chat,
     ChatPolicy,
+    FeishuIdentity,
     ManagerToken,
     Team,
     TeamChat,
     TeamMembership,
 )
 from botadmin.policy import resolve
-from plumbing.admin import two_way_filter
+from plumbing.admin import ReadOnlyAdmin, two_way_filter
 
 
 class ServiceSavedInlinesMixin:
@@ -678,6 +679,32 @@ class ManagerTokenAdmin(HashedTokenAdmin):
                 "reads what its user may read."
             )
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Feishu accounts (read-only: written by sign-in with Feishu)
+# ---------------------------------------------------------------------------------------------
+
+
+@admin.register(FeishuIdentity)
+class FeishuIdentityAdmin(ReadOnlyAdmin):
+    """Which Feishu account signs in as which user. Teams and the reviewer permission are
+    granted on the user's teams and under *Reviewers*, never here."""
+
+    list_display = ["user", "name", "bot", "tenant_key", "created_at", "last_login_at"]
+    list_filter = ["bot", "tenant_key"]
+    list_select_related = ["user", "bot"]
+    search_fields = ["user__username", "name", "open_id", "union_id"]
+    fields = [
+        "user",
+        "name",
+        "bot",
+        "tenant_key",
+        "open_id",
+        "union_id",
+        "created_at",
+        "last_login_at",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -211,3 +211,11 @@ def test_no_code_token_state_or_open_id_reaches_the_log(feishu_oauth, caplog):
     for secret in [params["code"], params["state"], ACCOUNT.open_id, "ou_outsider", *user_tokens]:
         assert secret not in caplog.text
     assert "feishu sign-in refused: other_tenant" in caplog.text
+
+
+def test_staff_see_linked_accounts_in_the_admin_and_cannot_edit_them(feishu_oauth, admin_client):
+    sign_in(english())
+    identity = FeishuIdentity.objects.get()
+    listing = admin_client.get("/admin/botadmin/feishuidentity/")
+    assert listing.status_code == 200 and identity.user.username.encode() in listing.content
+    assert admin_client.get("/admin/botadmin/feishuidentity/add/").status_code == 403
