@@ -219,3 +219,40 @@ def test_staff_see_linked_accounts_in_the_admin_and_cannot_edit_them(feishu_oaut
     listing = admin_client.get("/admin/botadmin/feishuidentity/")
     assert listing.status_code == 200 and identity.user.username.encode() in listing.content
     assert admin_client.get("/admin/botadmin/feishuidentity/add/").status_code == 403
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_first_sign_ins_of_one_account_at_once_make_one_user(lark_bot):
+    import threading
+
+    from django.db import connection
+
+    barrier = threading.Barrier(2)
+    users, errors = [], []
+
+    def run():
+        try:
+            barrier.wait(5)
+            users.append(service._user_for(lark_bot, service_account()))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert len({u.pk for u in users}) == 1
+    assert User.objects.count() == 1 and FeishuIdentity.objects.count() == 1
+
+
+def service_account():
+    from interactions.lark.oauth import FeishuAccount
+
+    return FeishuAccount(
+        open_id=ACCOUNT.open_id, union_id=ACCOUNT.union_id, tenant_key=TENANT, name="Li Lei"
+    )
