@@ -59,6 +59,7 @@ from feedback.outbox import effective_destinations
 from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
 from interactions.models import CardEntity
+from interactions.render.bilingual import bot_language
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +186,12 @@ def _correlated(bot: Bot, request: DeliveryRequest) -> Delivery | None:
     )
 
 
-def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
+def snapshot_for(resolution, request: DeliveryRequest, bot: Bot | None = None) -> dict[str, Any]:
     """The policy snapshot frozen on a delivery: the effective policy plus
     `audience_open_ids` (requester → [requester], reviewers → the reviewers, everyone → None),
-    the resolution's `reason` and the `chat_id` sent to (an `everyone` audience means anyone
-    clicking in that chat)."""
+    the resolution's `reason`, the `chat_id` sent to (an `everyone` audience means anyone
+    clicking in that chat) and, given the bot, its `card_language` (the content default of the
+    feedback area on every later repaint)."""
     policy = dict(resolution.policy)
     audience = policy.get("audience", "requester")
     if audience == "requester":
@@ -202,6 +204,8 @@ def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
         policy["audience_open_ids"] = None
     policy["reason"] = resolution.reason
     policy["chat_id"] = request.chat_id
+    if bot is not None:
+        policy["card_language"] = bot_language(bot)
     return policy
 
 
@@ -253,7 +257,7 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     reason = resolution.reason if final else REASON_NOT_FINAL
     if final and resolution.enabled and card is None:
         reason = "no_card"
-    snapshot = snapshot_for(resolution, request)
+    snapshot = snapshot_for(resolution, request, bot)
     if shown and snapshot.get("audience") == "requester" and not request.requester_open_id:
         raise InvalidDelivery(
             {

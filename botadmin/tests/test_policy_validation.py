@@ -481,14 +481,21 @@ def test_defaults_follow_the_reference_system():
             "enabled": True,
             "required": False,
             "placeholder": "可以补充哪里需要改进",
+            "placeholder_en": "What could be improved?",
             "max_length": 1000,
         },
     }
+    assert [b["label_en"] for b in policy["buttons"]] == [
+        "Usable conclusion",
+        "Real progress",
+        "Incorrect",
+    ]
     assert (policy["allow_reselect"], policy["audience"], policy["reviewers"]) == (
         False,
         "requester",
         [],
     )
+    assert policy["agent_options"] == "off"
     assert validate_layer(policy) == policy  # a full policy is also a valid layer
 
 
