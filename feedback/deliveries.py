@@ -51,6 +51,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, Chat
+from botadmin.policy import USED_NONE, apply_agent_options
 from botadmin.services import effective_policy_for
 from feedback import cards as feedback_cards
 from feedback import terminals
@@ -115,7 +116,8 @@ class DeliveryRequest:
     backend sent itself, then optional: without it no feedback area can be added).
     `platform_message_id` + `card_id` (+ `sequence`, the last CardKit sequence the backend
     used): two-phase registration of a card the backend sent. `metadata`: keys of
-    METADATA_FIELDS.
+    METADATA_FIELDS. `feedback_options`: buttons (and reasons) the agent proposes for this
+    answer, already checked by `botadmin.policy.validate_agent_options`.
     """
 
     chat_id: str
@@ -134,6 +136,7 @@ class DeliveryRequest:
     duration_ms: int | None = None
     usage: dict[str, Any] | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    feedback_options: dict[str, Any] | None = None
 
     @property
     def registers(self) -> bool:
@@ -209,6 +212,33 @@ def snapshot_for(resolution, request: DeliveryRequest, bot: Bot | None = None) -
     return policy
 
 
+#: Snapshot keys recording what of the agent's proposal was used, and why not all of it.
+OPTIONS_USED, OPTIONS_IGNORED = "feedback_options_used", "feedback_options_ignored"
+
+
+def with_agent_options(
+    snapshot: dict[str, Any], options: dict[str, Any] | None, *, shown: bool
+) -> dict[str, Any]:
+    """The snapshot with the agent's proposed options applied as the effective policy allows
+    (`botadmin.policy.apply_agent_options`: replaced buttons, maybe reasons), and the outcome
+    frozen beside them (`feedback_options_used`, `feedback_options_ignored`), so a click's
+    semantic and every label come from the snapshot as for configured options. Pure."""
+    policy, used, ignored = apply_agent_options(snapshot, options, shown=shown)
+    policy[OPTIONS_USED] = used
+    policy[OPTIONS_IGNORED] = ignored
+    return policy
+
+
+def agent_options_outcome(delivery: Delivery) -> dict[str, str]:
+    """`{"feedback_options_used", "feedback_options_ignored"}` of a delivery (`none`, "" for
+    one sent before agent options existed)."""
+    snapshot = delivery.policy_snapshot or {}
+    return {
+        OPTIONS_USED: snapshot.get(OPTIONS_USED) or USED_NONE,
+        OPTIONS_IGNORED: snapshot.get(OPTIONS_IGNORED) or "",
+    }
+
+
 def _card_problems(card: Any) -> list[str]:
     """What is wrong with the caller's card as Cardloop would send it (`update_multi` is set
     by Cardloop, so a card without it is fine; `fb_` ids are reserved)."""
@@ -258,6 +288,7 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     if final and resolution.enabled and card is None:
         reason = "no_card"
     snapshot = snapshot_for(resolution, request, bot)
+    snapshot = with_agent_options(snapshot, request.feedback_options, shown=shown)
     if shown and snapshot.get("audience") == "requester" and not request.requester_open_id:
         raise InvalidDelivery(
             {
