@@ -42,3 +42,19 @@ def bot_language(bot: Any) -> str:
     """A bot's `card_language` (the default for None or a bot without one)."""
     language = getattr(bot, "card_language", "") or DEFAULT_CARD_LANGUAGE
     return language if language in CARD_LOCALE_OF else DEFAULT_CARD_LANGUAGE
+
+
+def language_of(obj: Any) -> str:
+    """The `card_language` of the bot an interaction, session or alert belongs to: its loaded
+    `bot` when there is one, else one small query by `bot_id`, else the default (an unsaved
+    object without a bot)."""
+    cache = getattr(getattr(obj, "_state", None), "fields_cache", {})
+    if cache.get("bot") is not None:
+        return bot_language(cache["bot"])
+    bot_id = getattr(obj, "bot_id", None)
+    if bot_id is None:
+        return DEFAULT_CARD_LANGUAGE
+    from botadmin.models import Bot
+
+    language = Bot.objects.filter(pk=bot_id).values_list("card_language", flat=True).first()
+    return language if language in CARD_LOCALE_OF else DEFAULT_CARD_LANGUAGE
