@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from botadmin import policy as pol
 from botadmin.auth import IsBot
 from feedback import deliveries
-from feedback.models import Delivery
+from feedback.models import Delivery, Semantic
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
 from plumbing.api import ApiError
 from plumbing.fields import JsonObjectField, OpenIdField, StrictCharField, StrictRegexField
@@ -54,7 +54,7 @@ class AgentButtonSerializer(serializers.Serializer):
     label_en = LabelField(
         max_length=pol.BUTTON_LABEL_MAX, required=False, help_text="English form (optional)."
     )
-    semantic = serializers.ChoiceField(choices=pol.SEMANTICS)
+    semantic = serializers.ChoiceField(choices=Semantic.choices)
     style = serializers.ChoiceField(choices=pol.STYLES, required=False)
 
 
