@@ -242,3 +242,34 @@ def test_a_key_only_another_delivery_proposed_is_refused(feedback_api, click):
     status, answer = click(proposed, "conclusive_usable")
     assert answer["toast"]["i18n"]["zh_cn"] == "该选项已失效"
     assert not Revision.objects.exists()
+
+
+def _readme_example():
+    """The request and the card of README.md's example of proposed options."""
+    import json
+    import re
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[2].joinpath("README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Cards in each reader's language") :]
+    body = re.search(r"-d '(\{.*?\})'\n", section, re.S).group(1)
+    card = re.search(r"```json\n(.*?)\n```", section, re.S).group(1)
+    return json.loads(body), card
+
+
+def test_the_readme_example_sends_the_card_the_readme_shows(feedback_api):
+    import json
+
+    request, card_text = _readme_example()
+    feedback_api.bot.policy = {"enabled": True, "agent_options": "buttons_and_reasons"}
+    feedback_api.bot.save()
+    request["chat_id"] = "oc_group_chat"
+    response = feedback_api.post("/api/v1/deliveries", request, format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["feedback_options_used"], body["feedback_options_ignored"]) == (
+        "buttons_and_reasons",
+        "",
+    )
+    sent = feedback_api.stub.cards[body["card_id"]].card
+    assert sent == json.loads(card_text.replace("del_…", body["delivery_id"]))
