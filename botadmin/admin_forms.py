@@ -711,6 +711,7 @@ def render_preview(resolution: pol.Resolution) -> SafeString:
         '<p class="status status-{}"><strong>{}</strong></p>'
         "{}"
         "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>"
+        "{}"
         "</div>",
         resolution.reason,
         status,
@@ -722,6 +723,51 @@ def render_preview(resolution: pol.Resolution) -> SafeString:
         gettext("Effective value"),
         gettext("Source"),
         body,
+        _notes(resolution.policy),
+    )
+
+
+#: What an answer's own options look like (`feedback_options` of POST /api/v1/deliveries).
+AGENT_OPTIONS_EXAMPLE = (
+    '{"buttons": [{"key": "plan_ok", "label": "方案可行", "label_en": "Plan works", '
+    '"semantic": "positive"}, {"key": "plan_wrong", "label": "方案不对", "semantic": '
+    '"negative"}], "reasons": [{"key": "too_risky", "label": "风险太大"}]}'
+)
+
+
+def _notes(policy: dict[str, Any]) -> SafeString:
+    """How the effective policy reads in both languages, and whether answers may bring their own
+    options (with an example), under the preview table."""
+    languages = gettext(
+        "Cards show Cardloop's text in Chinese and English, each reader in their Feishu "
+        "language; a label or placeholder without an English form shows its main wording to "
+        "English readers too."
+    )
+    mode = policy.get("agent_options", "off")
+    if mode == "off":
+        options = gettext(
+            "Options proposed by the bot backend are ignored (the answer says "
+            "agent_options_off); only the buttons above are shown."
+        )
+        example = ""
+    else:
+        options = (
+            gettext(
+                "Each answer may replace the buttons above with its own (feedback_options in "
+                "POST /api/v1/deliveries), frozen on that answer; its reasons too."
+            )
+            if mode == "buttons_and_reasons"
+            else gettext(
+                "Each answer may replace the buttons above with its own (feedback_options in "
+                "POST /api/v1/deliveries), frozen on that answer; the reasons above stay."
+            )
+        )
+        example = AGENT_OPTIONS_EXAMPLE
+    return format_html(
+        '<p class="help notes-languages">{}</p><p class="help notes-agent-options">{}{}</p>',
+        languages,
+        options,
+        format_html(" <code>{}</code>", example) if example else "",
     )
 
 

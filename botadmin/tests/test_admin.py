@@ -636,6 +636,7 @@ def test_structured_form_saves_english_labels_agent_options_and_the_preview_show
     assert preview_source(page, "agent_options") == "bot"
     assert preview_source(page, "negative_followup.comment.placeholder_en") == "bot"
     assert '<span lang="en">Usable</span>' in page and '<span lang="en">Out of date</span>' in page
+    assert "feedback_options in POST /api/v1/deliveries" in page and "plan_ok" in page
     form = staff.get(url).context["adminform"].form
     assert form["pl_button_2_label_en"].value() == "Wrong"
     assert form["pl_agent_options"].value() == "buttons_and_reasons"
