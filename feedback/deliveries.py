@@ -18,7 +18,10 @@ Steps of `deliver(bot, request)`:
    for `response_kind == "final"` (else reason `not_final`) and when the policy says so
    (`disabled`, `api_only`, `ambiguous_team`, `invalid_policy` otherwise). The full policy is
    frozen on the delivery as `policy_snapshot`, with `audience_open_ids`: the requester, the
-   reviewers, or None for `everyone` (the audience list is frozen at send).
+   reviewers, or None for `everyone` (the audience list is frozen at send), the bot's
+   `card_language`, and the agent's proposed `feedback_options` applied as the policy's
+   `agent_options` allows (`with_agent_options`; what was used and why not all of it are
+   frozen too, and a resend renders from the snapshot).
 3. **Compose** (pure, `feedback.cards`): the caller's Card JSON 2.0 plus the feedback area;
    validated with `validate_card` before anything is written (`InvalidDelivery`).
 4. **Record** the delivery (`pending`), with `content_hash` of the caller's card — never its
