@@ -133,6 +133,13 @@ def test_validator_knows_the_multilingual_fields_and_locale_keys():
     assert validate_card(card) == [
         "$.i18n_elements: schema 2.0 has no card-wide multilingual content; use i18n_content"
     ]
+    # a callback value is the caller's data: its keys are never read as card fields
+    button = {
+        "tag": "button",
+        "text": {"tag": "plain_text", "content": "好"},
+        "behaviors": [{"type": "callback", "value": {"i18n_content": 1, "i18n_x": "y"}}],
+    }
+    assert validate_card(_one(button)) == []
     long_english = {
         "tag": "button",
         "text": {"tag": "plain_text", "content": "好", "i18n_content": {"en_us": "x" * 101}},

@@ -84,6 +84,8 @@ I18N_FIELDS: dict[str, tuple[str, frozenset[str]]] = {
 }
 #: Card-wide multilingual fields of schema 1.0, refused by 2.0.
 GLOBAL_I18N_FIELDS = ("i18n_elements", "i18n_header")
+#: Properties whose content is the caller's data, not card structure (callback values).
+OPAQUE_KEYS = frozenset({"behaviors", "value"})
 #: Button text and placeholders hold at most 100 characters (in every language).
 TEXT_LIMIT = 100
 
@@ -271,7 +273,7 @@ def _check_i18n(node: Any, path: str, problems: list[str]) -> None:
                         problems.append(f"{where}.{locale}: not a Feishu card locale")
                     elif not isinstance(text, str):
                         problems.append(f"{where}.{locale}: must be a string")
-        elif isinstance(value, dict | list):
+        elif isinstance(value, dict | list) and key not in OPAQUE_KEYS:
             _check_i18n(value, f"{path}.{key}", problems)
     if tag == "button":
         _check_limit(node.get("text"), f"{path}.text", problems)
