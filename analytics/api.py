@@ -296,7 +296,7 @@ class DeliveriesCsvView(AnalyticsAPIView):
             query.start.astimezone(query.tz).strftime("%Y%m%d"),
             query.end.astimezone(query.tz).strftime("%Y%m%d"),
         )
-        chunks = csv_export.stream(rows, query.tz)
+        chunks = csv_export.stream(rows, query.tz, csv_export.header_row())
         if isinstance(request._request, ASGIRequest):  # served by Daphne: stream asynchronously
             chunks = csv_export.astream(chunks)
         response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")

@@ -17,6 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.utils import translation
+from django.utils.translation import gettext_lazy as _
 
 BOM = "\ufeff"
 
@@ -48,7 +50,45 @@ COLUMNS = (
     "rated_at",
 )
 
+#: Header cells for a Chinese reader; English readers (and `header_row` outside Chinese) get
+#: the column names themselves, which scripts match on.
+COLUMN_LABELS = {
+    "delivery_id": _("delivery id"),
+    "sent_at": _("sent at"),
+    "status": _("status"),
+    "team_id": _("team id"),
+    "team": _("team"),
+    "bot_app_id": _("bot app_id"),
+    "bot": _("bot"),
+    "chat_id": _("chat id"),
+    "topic_id": _("topic id"),
+    "model": _("model"),
+    "cli_id": _("CLI id"),
+    "cli_version": _("CLI version"),
+    "skill_name": _("skill name"),
+    "skill_version": _("skill version"),
+    "workflow_id": _("workflow id"),
+    "task_id": _("task id"),
+    "feedback_shown": _("feedback shown"),
+    "error_code": _("error code"),
+    "semantic": _("semantic"),
+    "verdict_key": _("verdict key"),
+    "verdict_label": _("verdict label"),
+    "reason_key": _("reason key"),
+    "reason_label": _("reason label"),
+    "revision": _("revision"),
+    "rated_at": _("rated at"),
+}
+
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def header_row() -> list[str]:
+    """The header in the reader's (active) language: Chinese labels for a Chinese reader,
+    `COLUMNS` as they are otherwise."""
+    if (translation.get_language() or "").startswith("zh"):
+        return [str(COLUMN_LABELS[c]) for c in COLUMNS]
+    return list(COLUMNS)
 
 
 def _cell(value: Any, tz: zoneinfo.ZoneInfo) -> str:
@@ -104,12 +144,15 @@ def lines(row: dict[str, Any], tz: zoneinfo.ZoneInfo) -> list[list[str]]:
     return out
 
 
-def stream(rows: Iterable[dict[str, Any]], tz: zoneinfo.ZoneInfo) -> Iterator[str]:
-    """Yield the file as text chunks: BOM + header, then about 500 lines per chunk."""
+def stream(
+    rows: Iterable[dict[str, Any]], tz: zoneinfo.ZoneInfo, header: list[str] | None = None
+) -> Iterator[str]:
+    """Yield the file as text chunks: BOM + `header` (default `COLUMNS`; the view passes
+    `header_row()` in the reader's language), then about 500 lines per chunk."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
     buffer.write(BOM)
-    writer.writerow(COLUMNS)
+    writer.writerow(header or COLUMNS)
     pending = 0
     for row in rows:
         for line in lines(row, tz):

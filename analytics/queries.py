@@ -51,6 +51,7 @@ from analytics.access import Scope
 from analytics.filters import AnalyticsQuery
 from analytics.models import DeliveryRatingCounts
 from botadmin.models import Bot
+from feedback.cards import localized
 from feedback.models import Delivery, LatestFeedback, OutboxItem, Semantic
 from plumbing.workqueue import WorkStatus
 
@@ -183,7 +184,7 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
     """The KPI figures of the range and of the previous period of equal length.
 
     Returns `{"range": {from, to, tz}, "previous_range": {from, to}, "current": F,
-    "previous": F, "delta": D}` where F = `{delivered, feedback_shown, ratings,
+    "previous": F, "delta": D, "verdicts": [per key, see `verdicts`]}` where F = `{delivered, feedback_shown, ratings,
     rated_deliveries, positive, progress, negative, coverage: rate, positive_rate: rate}` and D
     holds current − previous (counts; rate values, None when either side is None).
     Two queries: one over deliveries, one over latest ratings, each covering both periods.
@@ -234,6 +235,7 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
         "current": current,
         "previous": previous,
         "delta": _delta(current, previous),
+        "verdicts": verdicts(query, scope),
     }
 
 
@@ -378,21 +380,55 @@ def _day_grouping(query: AnalyticsQuery, plan: list[periods.Bucket]):
 
 def snapshot_labels(snapshot: Any) -> tuple[dict[str, str], dict[str, str]]:
     """`(verdict labels, reason labels)` by key from a delivery's frozen policy snapshot
-    (`buttons: [{key, label, …}]`, `negative_followup.reasons: [{key, label}]`). Tolerates
-    missing or malformed parts (returns what it can read)."""
+    (`buttons: [{key, label, label_en?, …}]`, `negative_followup.reasons: [{key, label,
+    label_en?}]`), in the active language (`feedback.cards.localized`: the English form for an
+    English reader when the snapshot has one). Tolerates missing or malformed parts (returns
+    what it can read)."""
     verdicts: dict[str, str] = {}
     reasons: dict[str, str] = {}
     if not isinstance(snapshot, dict):
         return verdicts, reasons
     for button in snapshot.get("buttons") or []:
         if isinstance(button, dict) and isinstance(button.get("key"), str):
-            verdicts[button["key"]] = str(button.get("label") or button["key"])
+            verdicts[button["key"]] = str(localized(button) or button["key"])
     followup = snapshot.get("negative_followup")
     if isinstance(followup, dict):
         for reason in followup.get("reasons") or []:
             if isinstance(reason, dict) and isinstance(reason.get("key"), str):
-                reasons[reason["key"]] = str(reason.get("label") or reason["key"])
+                reasons[reason["key"]] = str(localized(reason) or reason["key"])
     return verdicts, reasons
+
+
+def verdicts(query: AnalyticsQuery, scope: Scope) -> list[dict[str, Any]]:
+    """Latest ratings of the range per (verdict key, semantic), most frequent first (ties by
+    key): `[{"key", "label", "semantic", "count"}]`. A key's label comes from the policy
+    snapshot of the newest delivery that carries it (configured or proposed by the agent for
+    that answer), in the reader's language; the counts of one semantic add up to that
+    semantic's total in `summary`, so figures grouped by semantic stay comparable whatever
+    options each answer offered."""
+    rows = list(
+        latest_ratings(query, scope, query.start, query.end)
+        .values("verdict_key", "semantic")
+        .annotate(n=Count("id"), newest=Max("delivery_id"))
+        .order_by()
+    )
+    snapshots = dict(
+        Delivery.objects.filter(id__in=[row["newest"] for row in rows]).values_list(
+            "id", "policy_snapshot"
+        )
+    )
+    items = [
+        {
+            "key": row["verdict_key"],
+            "label": snapshot_labels(snapshots.get(row["newest"]))[0].get(row["verdict_key"])
+            or row["verdict_key"],
+            "semantic": row["semantic"],
+            "count": row["n"],
+        }
+        for row in rows
+    ]
+    items.sort(key=lambda item: (-item["count"], item["key"], item["semantic"]))
+    return items
 
 
 def reasons(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:

@@ -63,12 +63,31 @@ class DeltaSerializer(serializers.Serializer):
     positive_rate = serializers.FloatField(allow_null=True)
 
 
+class VerdictCountSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    label = serializers.CharField(
+        help_text=_(
+            "From the newest delivery's policy snapshot (configured or proposed by the agent), "
+            "in the reader's language."
+        )
+    )
+    semantic = serializers.ChoiceField(choices=Semantic.choices)
+    count = serializers.IntegerField()
+
+
 class SummarySerializer(serializers.Serializer):
     range = RangeSerializer()
     previous_range = PeriodSerializer()
     current = FiguresSerializer()
     previous = FiguresSerializer()
     delta = DeltaSerializer(help_text=_("current − previous; rate deltas are null when either is."))
+    verdicts = VerdictCountSerializer(
+        many=True,
+        help_text=_(
+            "Latest ratings of the range per button key; the counts of one semantic add up to "
+            "current's count of that semantic."
+        ),
+    )
 
 
 class TrendBucketSerializer(serializers.Serializer):

@@ -187,7 +187,7 @@ class BotAdmin(admin.ModelAdmin):
             ("verification_token", "clear_verification_token"),
         ]
         fieldsets = [
-            (None, {"fields": ["name", "app_id", "domain", "api_only"]}),
+            (None, {"fields": ["name", "app_id", "domain", "api_only", "card_language"]}),
             (
                 _("Credentials (write-only)"),
                 {

@@ -27,6 +27,9 @@ from plumbing.parsers import contains_unstorable
 
 BUTTON_ROWS = pol.BUTTONS_MAX
 REASON_ROWS = pol.REASONS_MAX
+#: Columns of one button row / one reason row of the structured editor.
+BUTTON_PARTS = ("key", "label", "label_en", "semantic", "style")
+REASON_PARTS = ("key", "label", "label_en")
 
 INHERIT = ""
 TRI_CHOICES = [(INHERIT, _("inherit")), ("on", _("on")), ("off", _("off"))]
@@ -40,6 +43,12 @@ STYLE_CHOICES = [
     ("primary", _("primary")),
     ("default", _("default")),
     ("danger", _("danger")),
+]
+AGENT_OPTIONS_CHOICES = [
+    (INHERIT, _("inherit")),
+    ("off", _("off: only the configured options")),
+    ("buttons", _("buttons: the backend may propose the buttons of an answer")),
+    ("buttons_and_reasons", _("buttons and reasons: the backend may propose both")),
 ]
 AUDIENCE_CHOICES = [
     (INHERIT, _("inherit")),
@@ -145,6 +154,24 @@ def _layer_fields() -> dict[str, forms.Field]:
             strip=False,
             help_text=_("1 to 100 characters; empty = inherit."),
         ),
+        "pl_comment_placeholder_en": forms.CharField(
+            label=_("Comment placeholder (English)"),
+            required=False,
+            strip=False,
+            help_text=_(
+                "Shown to readers whose Feishu is in English; 1 to 100 characters; empty = "
+                "inherit (a new main placeholder without it drops the inherited English one)."
+            ),
+        ),
+        "pl_agent_options": forms.ChoiceField(
+            label=_("Options proposed by the bot backend"),
+            choices=AGENT_OPTIONS_CHOICES,
+            required=False,
+            help_text=_(
+                "Whether an answer's own feedback_options (POST /api/v1/deliveries) replace "
+                "the buttons, or the buttons and reasons, configured here (default off)."
+            ),
+        ),
         "pl_comment_max_length": forms.IntegerField(
             label=_("Comment max length"),
             required=False,
@@ -188,6 +215,9 @@ def _layer_fields() -> dict[str, forms.Field]:
         fields[f"pl_button_{i}_label"] = forms.CharField(
             label=_("Label"), required=False, strip=False
         )
+        fields[f"pl_button_{i}_label_en"] = forms.CharField(
+            label=_("English label"), required=False, strip=False
+        )
         fields[f"pl_button_{i}_semantic"] = forms.ChoiceField(
             label=_("Semantic"), choices=[("", "—"), *SEMANTIC_CHOICES], required=False
         )
@@ -198,6 +228,9 @@ def _layer_fields() -> dict[str, forms.Field]:
         fields[f"pl_reason_{i}_key"] = forms.CharField(label=_("Reason key"), required=False)
         fields[f"pl_reason_{i}_label"] = forms.CharField(
             label=_("Reason label"), required=False, strip=False
+        )
+        fields[f"pl_reason_{i}_label_en"] = forms.CharField(
+            label=_("English reason label"), required=False, strip=False
         )
     return fields
 
@@ -212,7 +245,13 @@ def policy_fieldsets() -> list[tuple[Any, dict[str, Any]]]:
         (
             _("Feedback policy layer"),
             {
-                "fields": ["pl_enabled", "pl_allow_reselect", "pl_audience", "pl_reviewers"],
+                "fields": [
+                    "pl_enabled",
+                    "pl_allow_reselect",
+                    "pl_audience",
+                    "pl_reviewers",
+                    "pl_agent_options",
+                ],
                 "description": _(
                     "Every field left on “inherit” (or empty) comes from the layer above: "
                     "built-in defaults < team < bot < chat. Only what you set here is stored."
@@ -226,10 +265,7 @@ def policy_fieldsets() -> list[tuple[Any, dict[str, Any]]]:
                 "fields": [
                     "pl_buttons_override",
                     *[
-                        tuple(
-                            f"pl_button_{i}_{part}"
-                            for part in ("key", "label", "semantic", "style")
-                        )
+                        tuple(f"pl_button_{i}_{part}" for part in BUTTON_PARTS)
                         for i in range(BUTTON_ROWS)
                     ],
                 ]
@@ -240,9 +276,13 @@ def policy_fieldsets() -> list[tuple[Any, dict[str, Any]]]:
             {
                 "fields": [
                     "pl_reasons_override",
-                    *[(f"pl_reason_{i}_key", f"pl_reason_{i}_label") for i in range(REASON_ROWS)],
+                    *[
+                        tuple(f"pl_reason_{i}_{part}" for part in REASON_PARTS)
+                        for i in range(REASON_ROWS)
+                    ],
                     ("pl_comment_enabled", "pl_comment_required"),
-                    ("pl_comment_placeholder", "pl_comment_max_length"),
+                    ("pl_comment_placeholder", "pl_comment_placeholder_en"),
+                    "pl_comment_max_length",
                 ]
             },
         ),
@@ -302,7 +342,7 @@ class _PolicyLayerMethods:
         for i, button in enumerate(buttons if isinstance(buttons, list) else []):
             if i >= BUTTON_ROWS or not isinstance(button, dict):
                 continue
-            for part in ("key", "label", "semantic", "style"):
+            for part in BUTTON_PARTS:
                 initial[f"pl_button_{i}_{part}"] = button.get(part, "")
         followup = layer.get("negative_followup")
         followup = followup if isinstance(followup, dict) else {}
@@ -311,13 +351,17 @@ class _PolicyLayerMethods:
         for i, reason in enumerate(reasons if isinstance(reasons, list) else []):
             if i >= REASON_ROWS or not isinstance(reason, dict):
                 continue
-            initial[f"pl_reason_{i}_key"] = reason.get("key", "")
-            initial[f"pl_reason_{i}_label"] = reason.get("label", "")
+            for part in REASON_PARTS:
+                initial[f"pl_reason_{i}_{part}"] = reason.get(part, "")
         comment = followup.get("comment")
         comment = comment if isinstance(comment, dict) else {}
         initial["pl_comment_enabled"] = _tri_initial(comment.get("enabled"))
         initial["pl_comment_required"] = _tri_initial(comment.get("required"))
         initial["pl_comment_placeholder"] = comment.get("placeholder", "")
+        initial["pl_comment_placeholder_en"] = comment.get("placeholder_en", "")
+        initial["pl_agent_options"] = (
+            layer["agent_options"] if isinstance(layer.get("agent_options"), str) else INHERIT
+        )
         initial["pl_comment_max_length"] = comment.get("max_length")
         return initial
 
@@ -333,10 +377,7 @@ class _PolicyLayerMethods:
         if data.get("pl_buttons_override"):
             buttons = []
             for i in range(BUTTON_ROWS):
-                parts = {
-                    p: data.get(f"pl_button_{i}_{p}") or ""
-                    for p in ("key", "label", "semantic", "style")
-                }
+                parts = {p: data.get(f"pl_button_{i}_{p}") or "" for p in BUTTON_PARTS}
                 if not any(parts.values()):
                     continue
                 button = {
@@ -344,6 +385,8 @@ class _PolicyLayerMethods:
                     "label": parts["label"],
                     "semantic": parts["semantic"],
                 }
+                if parts["label_en"]:
+                    button["label_en"] = parts["label_en"]
                 if parts["style"]:
                     button["style"] = parts["style"]
                 buttons.append(button)
@@ -354,10 +397,12 @@ class _PolicyLayerMethods:
         if data.get("pl_reasons_override"):
             reasons = []
             for i in range(REASON_ROWS):
-                key = data.get(f"pl_reason_{i}_key") or ""
-                label = data.get(f"pl_reason_{i}_label") or ""
-                if key or label:
-                    reasons.append({"key": key, "label": label})
+                parts = {p: data.get(f"pl_reason_{i}_{p}") or "" for p in REASON_PARTS}
+                if any(parts.values()):
+                    reason = {"key": parts["key"], "label": parts["label"]}
+                    if parts["label_en"]:
+                        reason["label_en"] = parts["label_en"]
+                    reasons.append(reason)
                     self._reason_rows.append(i)
             followup["reasons"] = reasons
         comment: dict[str, Any] = {}
@@ -367,6 +412,8 @@ class _PolicyLayerMethods:
                 comment[flag] = value
         if data.get("pl_comment_placeholder"):
             comment["placeholder"] = data["pl_comment_placeholder"]
+        if data.get("pl_comment_placeholder_en"):
+            comment["placeholder_en"] = data["pl_comment_placeholder_en"]
         if data.get("pl_comment_max_length") is not None:
             comment["max_length"] = data["pl_comment_max_length"]
         if comment:
@@ -378,6 +425,8 @@ class _PolicyLayerMethods:
             layer["allow_reselect"] = reselect
         if data.get("pl_audience"):
             layer["audience"] = data["pl_audience"]
+        if data.get("pl_agent_options"):
+            layer["agent_options"] = data["pl_agent_options"]
         reviewers = [r for r in _REVIEWER_SPLIT.split(data.get("pl_reviewers") or "") if r]
         if reviewers:
             layer["reviewers"] = reviewers
@@ -389,13 +438,9 @@ class _PolicyLayerMethods:
         if m:
             index, part = int(m.group(2)), m.group(3)
             if m.group(1) == "buttons":
-                rows, prefix, parts = (
-                    self._button_rows,
-                    "pl_button",
-                    ("key", "label", "semantic", "style"),
-                )
+                rows, prefix, parts = self._button_rows, "pl_button", BUTTON_PARTS
             else:
-                rows, prefix, parts = self._reason_rows, "pl_reason", ("key", "label")
+                rows, prefix, parts = self._reason_rows, "pl_reason", REASON_PARTS
             if index < len(rows):
                 return f"{prefix}_{rows[index]}_{part if part in parts else 'key'}"
         simple = {
@@ -406,7 +451,9 @@ class _PolicyLayerMethods:
             "negative_followup.comment.enabled": "pl_comment_enabled",
             "negative_followup.comment.required": "pl_comment_required",
             "negative_followup.comment.placeholder": "pl_comment_placeholder",
+            "negative_followup.comment.placeholder_en": "pl_comment_placeholder_en",
             "negative_followup.comment.max_length": "pl_comment_max_length",
+            "agent_options": "pl_agent_options",
             "allow_reselect": "pl_allow_reselect",
             "audience": "pl_audience",
         }
@@ -496,7 +543,7 @@ class BotForm(PolicyLayerModelForm):
 
     class Meta:
         model = Bot
-        fields = ["name", "app_id", "domain", "api_only"]
+        fields = ["name", "app_id", "domain", "api_only", "card_language"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -552,10 +599,12 @@ FIELD_LABELS = {
     "negative_followup.comment.enabled": _("Comment box"),
     "negative_followup.comment.required": _("Comment required"),
     "negative_followup.comment.placeholder": _("Comment placeholder"),
+    "negative_followup.comment.placeholder_en": _("Comment placeholder (English)"),
     "negative_followup.comment.max_length": _("Comment max length"),
     "allow_reselect": _("Allow reselect"),
     "audience": _("Audience"),
     "reviewers": _("Reviewers"),
+    "agent_options": _("Options proposed by the bot backend"),
 }
 SOURCE_LABELS = {
     "default": _("built-in default"),
@@ -607,6 +656,11 @@ def explain_reason(resolution: pol.Resolution) -> str:
     }
 
 
+def _english(label: Any) -> SafeString | str:
+    """` / <English label>` beside a main label in the preview (nothing without one)."""
+    return format_html(' / <span lang="en">{}</span>', label) if label else ""
+
+
 def _value_html(path: str, value: Any) -> SafeString | str:
     if path == "enabled":
         return gettext("on") if value else gettext("off")
@@ -615,15 +669,24 @@ def _value_html(path: str, value: Any) -> SafeString | str:
     if path == "buttons":
         return format_html_join(
             "",
-            "<div><code>{}</code> {} <small>({}, {})</small></div>",
-            ((b["key"], b["label"], b["semantic"], b["style"]) for b in value),
+            "<div><code>{}</code> {}{} <small>({}, {})</small></div>",
+            (
+                (b["key"], b["label"], _english(b.get("label_en")), b["semantic"], b["style"])
+                for b in value
+            ),
         )
     if path == "negative_followup.reasons":
         if not value:
             return gettext("none")
         return format_html_join(
-            "", "<div><code>{}</code> {}</div>", ((r["key"], r["label"]) for r in value)
+            "",
+            "<div><code>{}</code> {}{}</div>",
+            ((r["key"], r["label"], _english(r.get("label_en"))) for r in value),
         )
+    if path == "agent_options":
+        return str(dict(AGENT_OPTIONS_CHOICES).get(value, value))
+    if value is None:
+        return gettext("none")
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or gettext("none")
     return str(value)
@@ -657,6 +720,7 @@ def render_preview(resolution: pol.Resolution) -> SafeString:
         '<p class="status status-{}"><strong>{}</strong></p>'
         "{}"
         "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>"
+        "{}"
         "</div>",
         resolution.reason,
         status,
@@ -668,6 +732,51 @@ def render_preview(resolution: pol.Resolution) -> SafeString:
         gettext("Effective value"),
         gettext("Source"),
         body,
+        _notes(resolution.policy),
+    )
+
+
+#: What an answer's own options look like (`feedback_options` of POST /api/v1/deliveries).
+AGENT_OPTIONS_EXAMPLE = (
+    '{"buttons": [{"key": "plan_ok", "label": "方案可行", "label_en": "Plan works", '
+    '"semantic": "positive"}, {"key": "plan_wrong", "label": "方案不对", "semantic": '
+    '"negative"}], "reasons": [{"key": "too_risky", "label": "风险太大"}]}'
+)
+
+
+def _notes(policy: dict[str, Any]) -> SafeString:
+    """How the effective policy reads in both languages, and whether answers may bring their own
+    options (with an example), under the preview table."""
+    languages = gettext(
+        "Cards show Cardloop's text in Chinese and English, each reader in their Feishu "
+        "language; a label or placeholder without an English form shows its main wording to "
+        "English readers too."
+    )
+    mode = policy.get("agent_options", "off")
+    if mode == "off":
+        options = gettext(
+            "Options proposed by the bot backend are ignored (the answer says "
+            "agent_options_off); only the buttons above are shown."
+        )
+        example = ""
+    else:
+        options = (
+            gettext(
+                "Each answer may replace the buttons above with its own (feedback_options in "
+                "POST /api/v1/deliveries), frozen on that answer; its reasons too."
+            )
+            if mode == "buttons_and_reasons"
+            else gettext(
+                "Each answer may replace the buttons above with its own (feedback_options in "
+                "POST /api/v1/deliveries), frozen on that answer; the reasons above stay."
+            )
+        )
+        example = AGENT_OPTIONS_EXAMPLE
+    return format_html(
+        '<p class="help notes-languages">{}</p><p class="help notes-agent-options">{}{}</p>',
+        languages,
+        options,
+        format_html(" <code>{}</code>", example) if example else "",
     )
 
 

@@ -181,6 +181,24 @@ class Bot(models.Model):
         default=False,
         help_text=_("API-only bots never show feedback buttons, whatever the policy says."),
     )
+
+    class CardLanguage(models.TextChoices):
+        """The content default of Cardloop's card text (Feishu shows each reader the
+        `i18n_content` of their client's language, and this one where it has none)."""
+
+        ZH_HANS = "zh-hans", "简体中文"
+        EN = "en", "English"
+
+    card_language = models.CharField(
+        _("card language"),
+        max_length=8,
+        choices=CardLanguage.choices,
+        default=CardLanguage.ZH_HANS,
+        help_text=_(
+            "Cards carry Cardloop's text in Chinese and English for each reader's Feishu "
+            "language; this one is shown where a reader's language is neither."
+        ),
+    )
     app_secret_ref = models.CharField(
         _("app secret ref"), max_length=80, blank=True, editable=False
     )

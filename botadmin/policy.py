@@ -6,13 +6,21 @@ fields that layer sets (snake_case JSON):
 ```
 {"enabled": bool,
  "visible_semantics": ["positive", "progress", "negative"],      # 1–3 unique
- "buttons": [{"key", "label", "semantic", "style"}],              # 2–4
- "negative_followup": {"reasons": [{"key", "label"}],             # 0–6
-                       "comment": {"enabled", "required", "placeholder", "max_length"}},
+ "buttons": [{"key", "label", "label_en", "semantic", "style"}],  # 2–4
+ "negative_followup": {"reasons": [{"key", "label", "label_en"}], # 0–6
+                       "comment": {"enabled", "required", "placeholder", "placeholder_en",
+                                   "max_length"}},
  "allow_reselect": bool,
  "audience": "requester" | "reviewers" | "everyone",
- "reviewers": ["ou_…", …]}                                        # ≤50, iff audience=reviewers
+ "reviewers": ["ou_…", …],                                        # ≤50, iff audience=reviewers
+ "agent_options": "off" | "buttons" | "buttons_and_reasons"}
 ```
+
+`label` and `placeholder` are the main form (shown in the bot's card language and wherever no
+English form is set); `label_en` / `placeholder_en` are optional English forms with the same
+limits, shown to English readers (Feishu clients in English, the English admin and dashboard).
+`agent_options` says whether the bot backend may propose the buttons (and reasons) of one
+answer in `POST /api/v1/deliveries` (`feedback_options`; see `agent_options_for`).
 
 Rules and defaults:
 
@@ -47,6 +55,8 @@ from django.utils.translation import gettext as _
 SEMANTICS: tuple[str, ...] = ("positive", "progress", "negative")
 STYLES: tuple[str, ...] = ("primary", "default", "danger")
 AUDIENCES: tuple[str, ...] = ("requester", "reviewers", "everyone")
+#: What the bot backend may propose per answer: nothing, the buttons, or buttons and reasons.
+AGENT_OPTIONS: tuple[str, ...] = ("off", "buttons", "buttons_and_reasons")
 
 #: Layer names in merge order (later wins); `default` is the built-in base.
 LAYERS: tuple[str, ...] = ("team", "bot", "chat")
@@ -76,12 +86,13 @@ LAYER_FIELDS = frozenset(
         "allow_reselect",
         "audience",
         "reviewers",
+        "agent_options",
     }
 )
-BUTTON_FIELDS = frozenset({"key", "label", "semantic", "style"})
+BUTTON_FIELDS = frozenset({"key", "label", "label_en", "semantic", "style"})
 FOLLOWUP_FIELDS = frozenset({"reasons", "comment"})
-REASON_FIELDS = frozenset({"key", "label"})
-COMMENT_FIELDS = frozenset({"enabled", "required", "placeholder", "max_length"})
+REASON_FIELDS = frozenset({"key", "label", "label_en"})
+COMMENT_FIELDS = frozenset({"enabled", "required", "placeholder", "placeholder_en", "max_length"})
 
 #: Every field path of an effective policy, in display order; `Resolution.sources` has them all.
 FIELD_PATHS: tuple[str, ...] = (
@@ -92,13 +103,16 @@ FIELD_PATHS: tuple[str, ...] = (
     "negative_followup.comment.enabled",
     "negative_followup.comment.required",
     "negative_followup.comment.placeholder",
+    "negative_followup.comment.placeholder_en",
     "negative_followup.comment.max_length",
     "allow_reselect",
     "audience",
     "reviewers",
+    "agent_options",
 )
 
 DEFAULT_COMMENT_PLACEHOLDER = "可以补充哪里需要改进"
+DEFAULT_COMMENT_PLACEHOLDER_EN = "What could be improved?"
 
 _DEFAULT_POLICY: dict[str, Any] = {
     "enabled": False,
@@ -107,16 +121,24 @@ _DEFAULT_POLICY: dict[str, Any] = {
         {
             "key": "conclusive_usable",
             "label": "结论可用",
+            "label_en": "Usable conclusion",
             "semantic": "positive",
             "style": "primary",
         },
         {
             "key": "effective_progress",
             "label": "有效推进",
+            "label_en": "Real progress",
             "semantic": "progress",
             "style": "default",
         },
-        {"key": "incorrect", "label": "结论有误", "semantic": "negative", "style": "danger"},
+        {
+            "key": "incorrect",
+            "label": "结论有误",
+            "label_en": "Incorrect",
+            "semantic": "negative",
+            "style": "danger",
+        },
     ],
     "negative_followup": {
         "reasons": [],
@@ -124,12 +146,14 @@ _DEFAULT_POLICY: dict[str, Any] = {
             "enabled": True,
             "required": False,
             "placeholder": DEFAULT_COMMENT_PLACEHOLDER,
+            "placeholder_en": DEFAULT_COMMENT_PLACEHOLDER_EN,
             "max_length": 1000,
         },
     },
     "allow_reselect": False,
     "audience": "requester",
     "reviewers": [],
+    "agent_options": "off",
 }
 
 
@@ -318,33 +342,36 @@ class _Checker:
                     self.add(_join(bpath, required), _("is required"))
             if "key" in button:
                 self.key(button["key"], f"{bpath}.key", seen)
-            if "label" in button:
-                self.text(button["label"], f"{bpath}.label", BUTTON_LABEL_MAX)
+            for name in ("label", "label_en"):
+                if name in button:
+                    self.text(button[name], f"{bpath}.{name}", BUTTON_LABEL_MAX)
             if "semantic" in button:
                 self.choice(button["semantic"], f"{bpath}.semantic", SEMANTICS)
             if "style" in button:
                 self.choice(button["style"], f"{bpath}.style", STYLES)
+
+    def reasons(self, reasons: Any, rpath: str) -> None:
+        if self.array(reasons, rpath, 0, REASONS_MAX, _("reasons")):
+            seen: set[str] = set()
+            for i, reason in enumerate(reasons):
+                ipath = f"{rpath}[{i}]"
+                if not self.object(reason, ipath, REASON_FIELDS):
+                    continue
+                for required in ("key", "label"):
+                    if required not in reason:
+                        self.add(_join(ipath, required), _("is required"))
+                if "key" in reason:
+                    self.key(reason["key"], f"{ipath}.key", seen)
+                for name in ("label", "label_en"):
+                    if name in reason:
+                        self.text(reason[name], f"{ipath}.{name}", REASON_LABEL_MAX)
 
     def negative_followup(self, value: Any) -> None:
         path = "negative_followup"
         if not self.object(value, path, FOLLOWUP_FIELDS):
             return
         if "reasons" in value:
-            rpath = f"{path}.reasons"
-            reasons = value["reasons"]
-            if self.array(reasons, rpath, 0, REASONS_MAX, _("reasons")):
-                seen: set[str] = set()
-                for i, reason in enumerate(reasons):
-                    ipath = f"{rpath}[{i}]"
-                    if not self.object(reason, ipath, REASON_FIELDS):
-                        continue
-                    for required in ("key", "label"):
-                        if required not in reason:
-                            self.add(_join(ipath, required), _("is required"))
-                    if "key" in reason:
-                        self.key(reason["key"], f"{ipath}.key", seen)
-                    if "label" in reason:
-                        self.text(reason["label"], f"{ipath}.label", REASON_LABEL_MAX)
+            self.reasons(value["reasons"], f"{path}.reasons")
         if "comment" in value:
             cpath = f"{path}.comment"
             comment = value["comment"]
@@ -352,8 +379,9 @@ class _Checker:
                 for flag in ("enabled", "required"):
                     if flag in comment:
                         self.boolean(comment[flag], f"{cpath}.{flag}")
-                if "placeholder" in comment:
-                    self.text(comment["placeholder"], f"{cpath}.placeholder", PLACEHOLDER_MAX)
+                for name in ("placeholder", "placeholder_en"):
+                    if name in comment:
+                        self.text(comment[name], f"{cpath}.{name}", PLACEHOLDER_MAX)
                 if "max_length" in comment:
                     n = comment["max_length"]
                     if (
@@ -409,6 +437,8 @@ def _check_shape(layer: Any) -> list[tuple[str, str]]:
         c.choice(layer["audience"], "audience", AUDIENCES)
     if "reviewers" in layer:
         c.reviewers(layer["reviewers"])
+    if "agent_options" in layer:
+        c.choice(layer["agent_options"], "agent_options", AGENT_OPTIONS)
     return c.errors
 
 
@@ -581,9 +611,14 @@ def _overlay(
             if "reasons" in value:
                 policy[key]["reasons"] = copy.deepcopy(value["reasons"])
                 sources["negative_followup.reasons"] = name
-            for ckey, cvalue in value.get("comment", {}).items():
+            comment = value.get("comment", {})
+            for ckey, cvalue in comment.items():
                 policy[key]["comment"][ckey] = cvalue
                 sources[f"negative_followup.comment.{ckey}"] = name
+            if "placeholder" in comment and "placeholder_en" not in comment:
+                # a new main wording: the inherited English form translated the old one
+                policy[key]["comment"].pop("placeholder_en", None)
+                sources["negative_followup.comment.placeholder_en"] = name
         else:
             policy[key] = copy.deepcopy(value)
             sources[key] = name
@@ -653,8 +688,90 @@ def resolve(
 
 
 def field_value(policy: Mapping[str, Any], path: str) -> Any:
-    """The value at a dotted `path` of `FIELD_PATHS` in a full policy."""
+    """The value at a dotted `path` of `FIELD_PATHS` in a full policy (None for an optional
+    field the policy does not hold, such as a dropped `placeholder_en`)."""
     value: Any = policy
     for part in path.split("."):
-        value = value[part]
+        value = value.get(part) if isinstance(value, Mapping) else None
     return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Options the bot backend proposes for one answer
+# ---------------------------------------------------------------------------------------------
+
+AGENT_OPTION_FIELDS = frozenset({"buttons", "reasons"})
+
+#: What `apply_agent_options` used of the proposal.
+USED_NONE, USED_BUTTONS, USED_BUTTONS_AND_REASONS = "none", "buttons", "buttons_and_reasons"
+#: Why (part of) a proposal was not used.
+IGNORED_OFF = "agent_options_off"
+IGNORED_REASONS = "reasons_not_allowed"
+IGNORED_NOT_SHOWN = "feedback_not_shown"
+IGNORED_INCONSISTENT = "not_consistent"
+
+
+def validate_agent_options(value: Any) -> dict[str, Any]:
+    """Validate the `feedback_options` a bot backend proposes for one answer:
+    `{"buttons": [2–4 buttons], "reasons": [0–6 reasons]?}` with exactly the limits of a layer's
+    `buttons` and `negative_followup.reasons` (keys `[a-z0-9_-]+` ≤ 64, unique; labels and
+    `label_en` 1–24 / 1–32 visible characters; semantics positive | progress | negative), and
+    reasons only beside a negative button. Returns a deep copy; raises `PolicyError` with
+    paths relative to the object (`buttons[1].label`)."""
+    c = _Checker()
+    try:
+        if c.object(value, "", AGENT_OPTION_FIELDS):
+            if "buttons" not in value:
+                c.add("buttons", _("is required"))
+            else:
+                c.buttons(value["buttons"])
+            if "reasons" in value:
+                c.reasons(value["reasons"], "reasons")
+            if (
+                not c.errors
+                and value.get("reasons")
+                and not any(b["semantic"] == "negative" for b in value["buttons"])
+            ):
+                c.add("reasons", _("reasons need a button with the negative semantic"))
+    except RecursionError:
+        c.errors = [("", _("is nested too deeply"))]
+    if c.errors:
+        raise PolicyError(c.errors)
+    return copy.deepcopy(dict(value))
+
+
+def apply_agent_options(
+    policy: Mapping[str, Any], options: Mapping[str, Any] | None, *, shown: bool
+) -> tuple[dict[str, Any], str, str]:
+    """The policy one answer's feedback area uses, given the backend's validated proposal.
+
+    Returns `(policy, used, ignored)`: `used` is `none | buttons | buttons_and_reasons`;
+    `ignored` says why a proposal (or its reasons) was not used: `agent_options_off` (the
+    effective policy's `agent_options`), `reasons_not_allowed` (`agent_options: buttons`: the
+    buttons are used, the configured reasons stay), `feedback_not_shown` (no feedback area on
+    this answer) or `not_consistent` (the proposed buttons break a rule of the effective
+    policy, e.g. a button with a hidden semantic, or a visible semantic without a button; the
+    configured options stay), else "". Proposed buttons without `style` get `default_style`.
+    Pure; never raises for a validated proposal."""
+    result = copy.deepcopy(dict(policy))
+    if options is None:
+        return result, USED_NONE, ""
+    if not shown:
+        return result, USED_NONE, IGNORED_NOT_SHOWN
+    mode = policy.get("agent_options", "off")
+    if mode not in ("buttons", "buttons_and_reasons"):
+        return result, USED_NONE, IGNORED_OFF
+    result["buttons"] = [
+        {**b, "style": b.get("style") or default_style(b["semantic"])}
+        for b in copy.deepcopy(options["buttons"])
+    ]
+    used, ignored = USED_BUTTONS, ""
+    if "reasons" in options:
+        if mode == "buttons_and_reasons":
+            result["negative_followup"]["reasons"] = copy.deepcopy(options["reasons"])
+            used = USED_BUTTONS_AND_REASONS
+        else:
+            ignored = IGNORED_REASONS
+    if check_consistency(result):
+        return copy.deepcopy(dict(policy)), USED_NONE, IGNORED_INCONSISTENT
+    return result, used, ignored

@@ -40,7 +40,7 @@ from plumbing.secretstore import delete_secret, write_secret
 
 #: Plain fields whose changes are audited, per model (policy layers have their own actions).
 _TEAM_FIELDS = ("name", "description")
-_BOT_FIELDS = ("app_id", "name", "domain", "api_only")
+_BOT_FIELDS = ("app_id", "name", "domain", "api_only", "card_language")
 _CHAT_FIELDS = ("chat_id", "name", "chat_type")
 
 
@@ -186,7 +186,7 @@ def save_team(actor: Any, team: Team) -> Team:
 
 @transaction.atomic
 def save_bot(actor: Any, bot: Bot) -> Bot:
-    """Create or update a bot's app_id, name, domain and `api_only` flag (audited; `api_only`
+    """Create or update a bot's app_id, name, domain, `card_language` and `api_only` flag (audited; `api_only`
     turns feedback off). Secrets: `set_bot_secret`; layer: `set_policy_layer`."""
     return _save_plain(actor, bot, _BOT_FIELDS, "bot")
 

@@ -39,6 +39,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from interactions.lark.cardjson import callback_behaviors
+from interactions.render.bilingual import bilingual
 
 #: element_ids of the feedback area, in card order.
 DIVIDER, STATUS, BUTTONS, DETAIL, FOOTER = (
@@ -56,7 +57,9 @@ COMMENT_FIELD = "fb_comment"
 SUBMIT_NAME = "fb_detail_submit"
 #: Element ids and names starting with this are reserved for the feedback area.
 RESERVED_PREFIX = "fb_"
-#: Language of the text Cardloop renders on cards (one card is seen by the whole chat).
+#: Content default of the text Cardloop renders on cards when the snapshot names none (the
+#: snapshot's `card_language`, frozen from the bot at send). Every text also carries English and
+#: Chinese in `i18n_content`, so each reader's Feishu shows their own language.
 CARD_LANGUAGE = "zh-hans"
 
 
@@ -101,19 +104,30 @@ def has_detail_step(policy: dict[str, Any]) -> bool:
     return bool(followup.get("reasons")) or bool((followup.get("comment") or {}).get("enabled"))
 
 
+def localized(item: dict[str, Any], field: str = "label") -> str:
+    """`item[field + "_en"]` while English is active and the item has that English form, else
+    `item[field]` (a policy label or placeholder: the main form is the bot's wording)."""
+    english = item.get(f"{field}_en")
+    if english and (translation.get_language() or "").startswith("en"):
+        return english
+    return item.get(field) or ""
+
+
 def button_label(policy: dict[str, Any], verdict_key: str) -> str:
-    """The label of `verdict_key` in the snapshot, or the key itself when it is not there."""
+    """The label of `verdict_key` in the snapshot in the active language (`localized`), or the
+    key itself when it is not there."""
     for button in policy.get("buttons") or []:
         if button.get("key") == verdict_key:
-            return button.get("label") or verdict_key
+            return localized(button) or verdict_key
     return verdict_key
 
 
 def reason_label(policy: dict[str, Any], reason_key: str) -> str:
-    """The label of negative reason `reason_key` in the snapshot (or the key)."""
+    """The label of negative reason `reason_key` in the snapshot in the active language (or
+    the key)."""
     for reason in (policy.get("negative_followup") or {}).get("reasons") or []:
         if reason.get("key") == reason_key:
-            return reason.get("label") or reason_key
+            return localized(reason) or reason_key
     return reason_key
 
 
@@ -134,23 +148,30 @@ def feedback_area(
     """The feedback area for one state: `{element_id: component}` in card order (AREA_IDS).
 
     `policy` is the delivery's policy snapshot (`botadmin.policy` shape); `choice` the current
-    revision. Pure; text in `CARD_LANGUAGE`.
+    revision. Pure. Every text is in Chinese and English (`interactions.render.bilingual`;
+    labels use their `label_en` / `placeholder_en` in English), `content` in the snapshot's
+    `card_language` (default `CARD_LANGUAGE`).
     """
-    with translation.override(CARD_LANGUAGE):
-        rev = choice.revision_id if choice else ""
-        area = {
-            DIVIDER: {"tag": "hr", "element_id": DIVIDER},
-            STATUS: _status(policy, choice),
-            BUTTONS: _buttons(policy, delivery_id, choice, rev),
-            DETAIL: _detail(policy, delivery_id, choice, rev),
-            FOOTER: {
-                "tag": "markdown",
-                "element_id": FOOTER,
-                "content": _("Feedback is recorded by Cardloop"),
-                "text_size": "notation",
-            },
-        }
-    return area
+    language = policy.get("card_language") or CARD_LANGUAGE
+    return bilingual(lambda: _area(policy, delivery_id, choice), language)
+
+
+def _area(
+    policy: dict[str, Any], delivery_id: str, choice: Choice | None
+) -> dict[str, dict[str, Any]]:
+    rev = choice.revision_id if choice else ""
+    return {
+        DIVIDER: {"tag": "hr", "element_id": DIVIDER},
+        STATUS: _status(policy, choice),
+        BUTTONS: _buttons(policy, delivery_id, choice, rev),
+        DETAIL: _detail(policy, delivery_id, choice, rev),
+        FOOTER: {
+            "tag": "markdown",
+            "element_id": FOOTER,
+            "content": _("Feedback is recorded by Cardloop"),
+            "text_size": "notation",
+        },
+    }
 
 
 def _status(policy: dict[str, Any], choice: Choice | None) -> dict[str, Any]:
@@ -176,7 +197,7 @@ def _buttons(
             continue
         key = button["key"]
         chosen = choice is not None and choice.verdict_key == key
-        label = button.get("label") or key
+        label = localized(button) or key
         columns.append(
             {
                 "tag": "column",
@@ -251,7 +272,7 @@ def _detail(
                 "required": False,
                 "placeholder": {"tag": "plain_text", "content": _("Choose a reason")},
                 "options": [
-                    {"text": {"tag": "plain_text", "content": r["label"]}, "value": r["key"]}
+                    {"text": {"tag": "plain_text", "content": localized(r)}, "value": r["key"]}
                     for r in reasons
                 ],
             }
@@ -266,7 +287,7 @@ def _detail(
                 "rows": 3,
                 "placeholder": {
                     "tag": "plain_text",
-                    "content": (comment.get("placeholder") or _("Add details"))[:100],
+                    "content": (localized(comment, "placeholder") or _("Add details"))[:100],
                 },
             }
         )

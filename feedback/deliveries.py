@@ -18,7 +18,10 @@ Steps of `deliver(bot, request)`:
    for `response_kind == "final"` (else reason `not_final`) and when the policy says so
    (`disabled`, `api_only`, `ambiguous_team`, `invalid_policy` otherwise). The full policy is
    frozen on the delivery as `policy_snapshot`, with `audience_open_ids`: the requester, the
-   reviewers, or None for `everyone` (the audience list is frozen at send).
+   reviewers, or None for `everyone` (the audience list is frozen at send), the bot's
+   `card_language`, and the agent's proposed `feedback_options` applied as the policy's
+   `agent_options` allows (`with_agent_options`; what was used and why not all of it are
+   frozen too, and a resend renders from the snapshot).
 3. **Compose** (pure, `feedback.cards`): the caller's Card JSON 2.0 plus the feedback area;
    validated with `validate_card` before anything is written (`InvalidDelivery`).
 4. **Record** the delivery (`pending`), with `content_hash` of the caller's card — never its
@@ -51,6 +54,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, Chat
+from botadmin.policy import USED_NONE, apply_agent_options
 from botadmin.services import effective_policy_for
 from feedback import cards as feedback_cards
 from feedback import terminals
@@ -59,6 +63,7 @@ from feedback.outbox import effective_destinations
 from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
 from interactions.models import CardEntity
+from interactions.render.bilingual import bot_language
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +119,8 @@ class DeliveryRequest:
     backend sent itself, then optional: without it no feedback area can be added).
     `platform_message_id` + `card_id` (+ `sequence`, the last CardKit sequence the backend
     used): two-phase registration of a card the backend sent. `metadata`: keys of
-    METADATA_FIELDS.
+    METADATA_FIELDS. `feedback_options`: buttons (and reasons) the agent proposes for this
+    answer, already checked by `botadmin.policy.validate_agent_options`.
     """
 
     chat_id: str
@@ -133,6 +139,7 @@ class DeliveryRequest:
     duration_ms: int | None = None
     usage: dict[str, Any] | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    feedback_options: dict[str, Any] | None = None
 
     @property
     def registers(self) -> bool:
@@ -185,11 +192,12 @@ def _correlated(bot: Bot, request: DeliveryRequest) -> Delivery | None:
     )
 
 
-def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
+def snapshot_for(resolution, request: DeliveryRequest, bot: Bot | None = None) -> dict[str, Any]:
     """The policy snapshot frozen on a delivery: the effective policy plus
     `audience_open_ids` (requester → [requester], reviewers → the reviewers, everyone → None),
-    the resolution's `reason` and the `chat_id` sent to (an `everyone` audience means anyone
-    clicking in that chat)."""
+    the resolution's `reason`, the `chat_id` sent to (an `everyone` audience means anyone
+    clicking in that chat) and, given the bot, its `card_language` (the content default of the
+    feedback area on every later repaint)."""
     policy = dict(resolution.policy)
     audience = policy.get("audience", "requester")
     if audience == "requester":
@@ -202,7 +210,36 @@ def snapshot_for(resolution, request: DeliveryRequest) -> dict[str, Any]:
         policy["audience_open_ids"] = None
     policy["reason"] = resolution.reason
     policy["chat_id"] = request.chat_id
+    if bot is not None:
+        policy["card_language"] = bot_language(bot)
     return policy
+
+
+#: Snapshot keys recording what of the agent's proposal was used, and why not all of it.
+OPTIONS_USED, OPTIONS_IGNORED = "feedback_options_used", "feedback_options_ignored"
+
+
+def with_agent_options(
+    snapshot: dict[str, Any], options: dict[str, Any] | None, *, shown: bool
+) -> dict[str, Any]:
+    """The snapshot with the agent's proposed options applied as the effective policy allows
+    (`botadmin.policy.apply_agent_options`: replaced buttons, maybe reasons), and the outcome
+    frozen beside them (`feedback_options_used`, `feedback_options_ignored`), so a click's
+    semantic and every label come from the snapshot as for configured options. Pure."""
+    policy, used, ignored = apply_agent_options(snapshot, options, shown=shown)
+    policy[OPTIONS_USED] = used
+    policy[OPTIONS_IGNORED] = ignored
+    return policy
+
+
+def agent_options_outcome(delivery: Delivery) -> dict[str, str]:
+    """`{"feedback_options_used", "feedback_options_ignored"}` of a delivery (`none`, "" for
+    one sent before agent options existed)."""
+    snapshot = delivery.policy_snapshot or {}
+    return {
+        OPTIONS_USED: snapshot.get(OPTIONS_USED) or USED_NONE,
+        OPTIONS_IGNORED: snapshot.get(OPTIONS_IGNORED) or "",
+    }
 
 
 def _card_problems(card: Any) -> list[str]:
@@ -253,7 +290,8 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     reason = resolution.reason if final else REASON_NOT_FINAL
     if final and resolution.enabled and card is None:
         reason = "no_card"
-    snapshot = snapshot_for(resolution, request)
+    snapshot = snapshot_for(resolution, request, bot)
+    snapshot = with_agent_options(snapshot, request.feedback_options, shown=shown)
     if shown and snapshot.get("audience") == "requester" and not request.requester_open_id:
         raise InvalidDelivery(
             {

@@ -4,22 +4,93 @@ from __future__ import annotations
 
 import json
 
+from django.core.validators import RegexValidator
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from botadmin import policy as pol
 from botadmin.auth import IsBot
 from feedback import deliveries
-from feedback.models import Delivery
+from feedback.models import Delivery, Semantic
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
 from plumbing.api import ApiError
-from plumbing.fields import JsonObjectField, OpenIdField, StrictCharField
+from plumbing.fields import JsonObjectField, OpenIdField, StrictCharField, StrictRegexField
 from plumbing.openapi import state_rules
 
 #: Largest accepted `usage` object, serialized (bytes).
 MAX_USAGE_BYTES = 8 * 1024
+
+#: A policy label as the schema states it: no control, line-separator or bidirectional
+#: characters, and at least one character that is not white space, zero-width or blank
+#: (`botadmin.policy` refuses the rest: a label a card could not show).
+_HIDDEN = (
+    r"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    r"\u200b-\u200f\u2060-\u2064\ufeff\u115f\u1160\u3164\uffa0\u2800\u0300-\u036f"
+)
+_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+LABEL_PATTERN = rf"^[^{_CONTROL}]*[^\s{_HIDDEN}][^{_CONTROL}]*$"
+
+
+class LabelField(StrictCharField):
+    """A button or reason label of `feedback_options` (`LABEL_PATTERN`, 1–`max_length`)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.validators = [v for v in self.validators if getattr(v, "regex", None) is None] + [
+            RegexValidator(LABEL_PATTERN, _("Use a label a card can show."), code="invalid")
+        ]
+
+
+class AgentButtonSerializer(serializers.Serializer):
+    """One proposed button: the limits of a policy layer's `buttons`."""
+
+    key = StrictRegexField(
+        r"^[a-z0-9_-]+$", max_length=pol.KEY_MAX, help_text="Unique in the proposal."
+    )
+    label = LabelField(max_length=pol.BUTTON_LABEL_MAX, help_text="Main wording.")
+    label_en = LabelField(
+        max_length=pol.BUTTON_LABEL_MAX, required=False, help_text="English form (optional)."
+    )
+    semantic = serializers.ChoiceField(choices=Semantic.choices)
+    style = serializers.ChoiceField(choices=pol.STYLES, required=False)
+
+
+class AgentReasonSerializer(serializers.Serializer):
+    """One proposed negative reason: the limits of a layer's `negative_followup.reasons`."""
+
+    key = StrictRegexField(
+        r"^[a-z0-9_-]+$", max_length=pol.KEY_MAX, help_text="Unique in the proposal."
+    )
+    label = LabelField(max_length=pol.REASON_LABEL_MAX)
+    label_en = LabelField(max_length=pol.REASON_LABEL_MAX, required=False)
+
+
+@state_rules(
+    rules=(
+        {
+            "properties": {
+                "buttons": {"minItems": pol.BUTTONS_MIN, "maxItems": pol.BUTTONS_MAX},
+                "reasons": {"maxItems": pol.REASONS_MAX},
+            }
+        },
+    )
+)
+class FeedbackOptionsSerializer(serializers.Serializer):
+    """The feedback options the agent proposes for this answer (`botadmin.policy.
+    validate_agent_options`): used only when the effective policy's `agent_options` allows."""
+
+    buttons = AgentButtonSerializer(
+        many=True,
+        help_text="2 to 4 buttons, keys unique; each semantic is one of the three fixed ones.",
+    )
+    reasons = AgentReasonSerializer(
+        many=True,
+        required=False,
+        help_text="0 to 6 negative reasons, keys unique; only beside a negative button.",
+    )
 
 
 @state_rules(
@@ -104,6 +175,14 @@ class DeliveryCreateSerializer(serializers.Serializer):
     task_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
     parent_task_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
     reasoning_effort = StrictCharField(max_length=20, required=False, allow_blank=True, default="")
+    feedback_options = FeedbackOptionsSerializer(
+        required=False,
+        help_text=(
+            "Buttons (and reasons) proposed for this answer. Used when the effective policy's "
+            "agent_options is buttons or buttons_and_reasons; otherwise ignored, and the "
+            "answer's feedback_options_ignored says why."
+        ),
+    )
     content_ref = serializers.URLField(
         max_length=500,
         required=False,
@@ -121,6 +200,12 @@ class DeliveryCreateSerializer(serializers.Serializer):
         if len(card_bytes(value)) > MAX_CARD_BYTES:
             raise serializers.ValidationError(_("card must be at most 30 KB of JSON."))
         return value
+
+    def validate_feedback_options(self, value):
+        try:
+            return pol.validate_agent_options(_plain(value))
+        except pol.PolicyError as exc:
+            raise serializers.ValidationError(exc.messages()) from None
 
     def validate_usage(self, value):
         if value is None:
@@ -166,6 +251,27 @@ class DeliverySerializer(serializers.Serializer):
     )
     content_hash = serializers.CharField()
     error_code = serializers.CharField(allow_blank=True)
+    feedback_options_used = serializers.ChoiceField(
+        choices=(pol.USED_NONE, pol.USED_BUTTONS, pol.USED_BUTTONS_AND_REASONS),
+        help_text="What of the request's feedback_options the feedback area uses.",
+    )
+    feedback_options_ignored = serializers.ChoiceField(
+        choices=(
+            "",
+            pol.IGNORED_OFF,
+            pol.IGNORED_REASONS,
+            pol.IGNORED_NOT_SHOWN,
+            pol.IGNORED_INCONSISTENT,
+        ),
+        allow_blank=True,
+        help_text=(
+            "Why (part of) the proposed feedback_options was not used: agent_options_off (the "
+            "policy's agent_options is off), reasons_not_allowed (agent_options is buttons: "
+            "the configured reasons stay), feedback_not_shown (no feedback area on this "
+            "answer), not_consistent (the buttons break a rule of the effective policy, e.g. "
+            "a hidden semantic); empty when all of it was used or none was proposed."
+        ),
+    )
 
 
 def delivery_json(delivery: Delivery, created: bool) -> dict:
@@ -179,7 +285,17 @@ def delivery_json(delivery: Delivery, created: bool) -> dict:
         "feedback_reason": delivery.feedback_reason,
         "content_hash": delivery.content_hash,
         "error_code": delivery.error_code,
+        **deliveries.agent_options_outcome(delivery),
     }
+
+
+def _plain(value):
+    """DRF's nested serializers return OrderedDicts; plain dicts and lists for the policy."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 class DeliveryCreateView(APIView):

@@ -68,7 +68,9 @@ class _Message:
         self.params = params
 
     def __str__(self) -> str:
-        return str(self.msgid) % self.params if self.params else str(self.msgid)
+        # a callable parameter (a policy label) is rendered in the active language too
+        params = {k: v() if callable(v) else v for k, v in self.params.items()}
+        return str(self.msgid) % params if params else str(self.msgid)
 
 
 # Outcome codes
@@ -142,7 +144,8 @@ def _recorded_message(snapshot: dict[str, Any], revision: Revision):
     if revision.semantic == "negative" and feedback_cards.has_detail_step(snapshot):
         return _("Recorded. You can add a reason below.")
     return _Message(
-        _("Recorded: %(label)s"), label=feedback_cards.button_label(snapshot, revision.verdict_key)
+        _("Recorded: %(label)s"),
+        label=lambda: feedback_cards.button_label(snapshot, revision.verdict_key),
     )
 
 
@@ -428,7 +431,7 @@ def record_choice(
                 UNCHANGED,
                 _Message(
                     _("You already chose %(label)s."),
-                    label=feedback_cards.button_label(snapshot, verdict_key),
+                    label=lambda: feedback_cards.button_label(snapshot, verdict_key),
                 ),
                 previous,
             )
@@ -438,7 +441,7 @@ def record_choice(
                 LOCKED,
                 _Message(
                     _("Already selected: %(label)s. This choice cannot be changed."),
-                    label=feedback_cards.button_label(snapshot, previous.verdict_key),
+                    label=lambda: feedback_cards.button_label(snapshot, previous.verdict_key),
                 ),
                 previous,
             )

@@ -124,3 +124,45 @@ def assert_valid_card(card: dict[str, Any]) -> None:
     """Fail with the validator's problems when `card` is not valid Card JSON 2.0."""
     problems = validate_card(card)
     assert not problems, "invalid card:\n  " + "\n  ".join(problems)
+
+
+def read_text(card: Any, locale: str) -> list[str]:
+    """The texts a Feishu client in `locale` (`zh_cn`, `en_us`) shows on `card`, in card order:
+    each text object's or markdown's `i18n_content[locale]` where it has one, else its
+    `content` (what Feishu documents for component-level multilingual cards). Reads no
+    callback values, names or ids."""
+    out: list[str] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for child in node:
+                visit(child)
+            return
+        if not isinstance(node, dict):
+            return
+        if node.get("tag") in ("plain_text", "lark_md", "markdown") and "content" in node:
+            out.append((node.get("i18n_content") or {}).get(locale, node["content"]))
+        for key, value in node.items():
+            if key not in ("behaviors", "i18n_content") and isinstance(value, dict | list):
+                visit(value)
+
+    visit(card)
+    return out
+
+
+def assert_bilingual_card(card: dict[str, Any]) -> None:
+    """`card` is valid Card JSON 2.0 and every text that carries a multilingual field has both
+    Chinese and English."""
+    assert_valid_card(card)
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for child in node:
+                visit(child)
+        elif isinstance(node, dict):
+            if "i18n_content" in node:
+                assert set(node["i18n_content"]) == {"zh_cn", "en_us"}, node
+            for value in node.values():
+                visit(value)
+
+    visit(card)

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from analytics.alerts import cards, rules
@@ -34,6 +34,7 @@ from feedback.events import emit
 from feedback.models import Event
 from interactions.cardqueue.service import enqueue_card, register_card, send_card
 from interactions.lark.cardjson import validate_card
+from interactions.render.bilingual import bilingual, bot_language
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,12 @@ def alert_facts(alert: Alert, base_url: str | None = None) -> dict[str, Any]:
 
 
 def render_card(alert: Alert) -> dict[str, Any]:
-    """The alert's card in the deployment's language (`LANGUAGE_CODE`)."""
-    with translation.override(settings.LANGUAGE_CODE):
-        return cards.alert_card(alert_facts(alert))
+    """The alert's card in Chinese and English (`interactions.render.bilingual`), `content` in
+    the notifying bot's `card_language` (the deployment's `LANGUAGE_CODE` without one)."""
+    rule = alert.rule
+    bot = rule.notify_bot if rule.notify_bot_id else None
+    language = bot_language(bot) if bot is not None else settings.LANGUAGE_CODE
+    return bilingual(lambda: cards.alert_card(alert_facts(alert)), language)
 
 
 def event_data(alert: Alert) -> dict[str, Any]:

@@ -587,3 +587,79 @@ def test_staff_who_may_only_view_tokens_cannot_revoke_them_with_the_list_action(
     token.refresh_from_db()
     assert token.revoked_at is None
     assert not AuditEntry.objects.filter(action__endswith=".revoked").exists()
+
+
+# --- English forms, agent options, card language ---------------------------------------------
+
+
+def test_structured_form_saves_english_labels_agent_options_and_the_preview_shows_them(staff, bot):
+    url = change_url(bot)
+    data = get_form(staff, url)
+    data.update(
+        pl_buttons_override="on",
+        pl_button_0_key="yes",
+        pl_button_0_label="可用",
+        pl_button_0_label_en="Usable",
+        pl_button_0_semantic="positive",
+        pl_button_1_key="meh",
+        pl_button_1_label="一般",
+        pl_button_1_semantic="progress",
+        pl_button_2_key="no",
+        pl_button_2_label="有误",
+        pl_button_2_label_en="Wrong",
+        pl_button_2_semantic="negative",
+        pl_reasons_override="on",
+        pl_reason_0_key="stale",
+        pl_reason_0_label="过时",
+        pl_reason_0_label_en="Out of date",
+        pl_comment_placeholder_en="Tell us more",
+        pl_agent_options="buttons_and_reasons",
+        card_language="en",
+    )
+    response = staff.post(url, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    saved = Bot.objects.get(pk=bot.pk)
+    assert saved.card_language == "en"
+    assert saved.policy == {
+        "buttons": [
+            {"key": "yes", "label": "可用", "label_en": "Usable", "semantic": "positive"},
+            {"key": "meh", "label": "一般", "semantic": "progress"},
+            {"key": "no", "label": "有误", "label_en": "Wrong", "semantic": "negative"},
+        ],
+        "negative_followup": {
+            "reasons": [{"key": "stale", "label": "过时", "label_en": "Out of date"}],
+            "comment": {"placeholder_en": "Tell us more"},
+        },
+        "agent_options": "buttons_and_reasons",
+    }
+    page = staff.get(url).content.decode()
+    assert preview_source(page, "agent_options") == "bot"
+    assert preview_source(page, "negative_followup.comment.placeholder_en") == "bot"
+    assert '<span lang="en">Usable</span>' in page and '<span lang="en">Out of date</span>' in page
+    assert "feedback_options in POST /api/v1/deliveries" in page and "plan_ok" in page
+    form = staff.get(url).context["adminform"].form
+    assert form["pl_button_2_label_en"].value() == "Wrong"
+    assert form["pl_agent_options"].value() == "buttons_and_reasons"
+
+
+def test_a_too_long_english_label_is_refused_next_to_its_field(staff, bot):
+    url = change_url(bot)
+    data = get_form(staff, url)
+    data.update(
+        pl_buttons_override="on",
+        pl_button_0_key="yes",
+        pl_button_0_label="可用",
+        pl_button_0_label_en="x" * 25,
+        pl_button_0_semantic="positive",
+        pl_button_1_key="meh",
+        pl_button_1_label="一般",
+        pl_button_1_semantic="progress",
+        pl_button_2_key="no",
+        pl_button_2_label="有误",
+        pl_button_2_semantic="negative",
+    )
+    response = staff.post(url, data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["pl_button_0_label_en"]
+    assert Bot.objects.get(pk=bot.pk).policy == {}

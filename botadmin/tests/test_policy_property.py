@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from botadmin.policy import (
+    AGENT_OPTIONS,
     AUDIENCES,
     FIELD_PATHS,
     REASONS,
@@ -33,15 +34,22 @@ key = st.from_regex(r"[a-z0-9_-]{1,6}", fullmatch=True) | st.text(max_size=4)
 label = st.text(min_size=0, max_size=34)
 near_button = st.fixed_dictionaries(
     {"key": key, "label": label, "semantic": st.sampled_from(SEMANTICS) | any_json},
-    optional={"style": st.sampled_from(STYLES) | st.text(max_size=3), "extra": any_json},
+    optional={
+        "style": st.sampled_from(STYLES) | st.text(max_size=3),
+        "label_en": label | any_json,
+        "extra": any_json,
+    },
 )
-near_reason = st.fixed_dictionaries({"key": key, "label": label}, optional={"x": any_json})
+near_reason = st.fixed_dictionaries(
+    {"key": key, "label": label}, optional={"label_en": label | any_json, "x": any_json}
+)
 near_comment = st.fixed_dictionaries(
     {},
     optional={
         "enabled": st.booleans() | any_json,
         "required": st.booleans() | any_json,
         "placeholder": st.text(max_size=102),
+        "placeholder_en": st.text(max_size=102) | any_json,
         "max_length": st.integers(-2, 2002) | any_json,
     },
 )
@@ -59,6 +67,7 @@ near_layer = st.fixed_dictionaries(
         "audience": st.sampled_from(AUDIENCES) | any_json,
         "reviewers": st.lists(st.from_regex(r"ou_[a-z0-9]{1,4}", fullmatch=True), max_size=3)
         | any_json,
+        "agent_options": st.sampled_from(AGENT_OPTIONS) | any_json,
         "unknown": any_json,
     },
 )
@@ -105,3 +114,26 @@ def test_deeply_nested_json_is_refused_without_a_crash():
     with pytest.raises(PolicyError):
         validate_layer(deep)
     assert resolve(deep, None, None).problems
+
+
+near_options = st.fixed_dictionaries(
+    {"buttons": st.lists(near_button, max_size=5) | any_json},
+    optional={"reasons": st.lists(near_reason, max_size=7) | any_json, "x": any_json},
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(any_json | near_options, st.sampled_from(AGENT_OPTIONS))
+def test_proposed_options_are_valid_or_a_policy_error_and_never_break_the_policy(value, mode):
+    from botadmin.policy import apply_agent_options, check_consistency, validate_agent_options
+
+    try:
+        options = validate_agent_options(value)
+    except PolicyError as exc:
+        assert exc.errors
+        return
+    policy = resolve({"enabled": True, "agent_options": mode}).policy
+    applied, used, ignored = apply_agent_options(policy, options, shown=True)
+    assert check_consistency(applied) == []
+    assert used in ("none", "buttons", "buttons_and_reasons")
+    assert (used == "none") == (ignored in ("agent_options_off", "not_consistent"))

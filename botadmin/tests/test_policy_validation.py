@@ -481,14 +481,21 @@ def test_defaults_follow_the_reference_system():
             "enabled": True,
             "required": False,
             "placeholder": "可以补充哪里需要改进",
+            "placeholder_en": "What could be improved?",
             "max_length": 1000,
         },
     }
+    assert [b["label_en"] for b in policy["buttons"]] == [
+        "Usable conclusion",
+        "Real progress",
+        "Incorrect",
+    ]
     assert (policy["allow_reselect"], policy["audience"], policy["reviewers"]) == (
         False,
         "requester",
         [],
     )
+    assert policy["agent_options"] == "off"
     assert validate_layer(policy) == policy  # a full policy is also a valid layer
 
 
@@ -497,3 +504,80 @@ def test_messages_follow_the_active_language():
 
     with translation.override("zh-hans"):
         assert errors_of({"colour": 1}) == [("colour", "未知字段")]
+
+
+# --- English forms of labels and the placeholder; agent_options ------------------------------
+
+
+@pytest.mark.parametrize("label", ["a", "e" * 24])
+def test_english_button_label_of_1_to_24_characters_is_accepted(label):
+    layer = with_buttons([button("a", label_en=label), button("b", "progress"), THREE[2]])
+    assert validate_layer(layer) == layer
+
+
+@pytest.mark.parametrize("label", ["", "e" * 25, " ", "\u200b", 7])
+def test_english_button_label_outside_the_label_limits_is_refused(label):
+    layer = with_buttons([button("a", label_en=label), button("b", "progress"), THREE[2]])
+    assert errors_of(layer) == [
+        ("buttons[0].label_en", "must be a non-blank string of 1 to 24 characters")
+    ]
+
+
+def test_english_button_label_with_a_control_character_is_refused():
+    layer = with_buttons([button("a", label_en="ok\nno"), button("b", "progress"), THREE[2]])
+    assert errors_of(layer) == [("buttons[0].label_en", "must not contain control characters")]
+
+
+@pytest.mark.parametrize(("label", "valid"), [("r" * 32, True), ("r" * 33, False), ("", False)])
+def test_english_reason_label_follows_the_reason_label_limits(label, valid):
+    layer = {"negative_followup": {"reasons": [{"key": "r", "label": "原", "label_en": label}]}}
+    if valid:
+        assert validate_layer(layer) == layer
+    else:
+        assert paths_of(layer) == {"negative_followup.reasons[0].label_en"}
+
+
+@pytest.mark.parametrize(("text", "valid"), [("p", True), ("p" * 100, True), ("p" * 101, False)])
+def test_english_placeholder_follows_the_placeholder_limits(text, valid):
+    layer = comment(placeholder_en=text)
+    if valid:
+        assert validate_layer(layer) == layer
+    else:
+        assert errors_of(layer) == [
+            (
+                "negative_followup.comment.placeholder_en",
+                "must be a non-blank string of 1 to 100 characters",
+            )
+        ]
+
+
+def test_english_forms_are_stored_partial_and_merge_like_their_main_form():
+    from botadmin.policy import resolve
+
+    team = {"negative_followup": {"comment": {"placeholder_en": "Tell us more"}}}
+    bot = {"negative_followup": {"comment": {"max_length": 10}}}
+    assert validate_layer(team) == team  # nothing filled in
+    resolution = resolve(team, bot, None)
+    comment_policy = resolution.policy["negative_followup"]["comment"]
+    assert (comment_policy["placeholder"], comment_policy["placeholder_en"]) == (
+        "可以补充哪里需要改进",
+        "Tell us more",
+    )
+    assert resolution.sources["negative_followup.comment.placeholder_en"] == "team"
+    # a new main wording without an English form drops the inherited English one
+    chat = {"negative_followup": {"comment": {"placeholder": "请说明"}}}
+    resolution = resolve(team, None, chat)
+    assert "placeholder_en" not in resolution.policy["negative_followup"]["comment"]
+    assert resolution.sources["negative_followup.comment.placeholder_en"] == "chat"
+
+
+@pytest.mark.parametrize("value", ["off", "buttons", "buttons_and_reasons"])
+def test_known_agent_options_are_accepted(value):
+    assert validate_layer({"agent_options": value}) == {"agent_options": value}
+
+
+@pytest.mark.parametrize("value", ["", "on", "reasons", True, None, ["buttons"]])
+def test_unknown_agent_options_are_refused(value):
+    assert errors_of({"agent_options": value}) == [
+        ("agent_options", "must be one of off, buttons, buttons_and_reasons")
+    ]

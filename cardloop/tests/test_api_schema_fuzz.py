@@ -96,7 +96,8 @@ def _meet_rules_stated_in_words(case) -> None:
       at most 366 days apart;
     - `PUT …/progress`: the first call of a session names `chat_id` or `open_id`;
     - `POST /api/v1/deliveries`: `card` is a Card JSON 2.0 card (Feishu's format, checked by
-      Cardloop's card validator), and a registered message is not another delivery's;
+      Cardloop's card validator), a registered message is not another delivery's, and the keys
+      of proposed `feedback_options` are unique, with reasons only beside a negative button;
     - `POST /api/v1/interactions`: action ids, action values and form field names are unique;
     - `POST …/asks`: option labels are unique within a question, and a requester is named
       (or known from the session's progress card).
@@ -128,6 +129,15 @@ def _meet_rules_stated_in_words(case) -> None:
         if str(body.get("platform_message_id") or "").strip():
             body["platform_message_id"] = f"om_{uuid.uuid4().hex}"
             body["card_id"] = f"card_{uuid.uuid4().hex}"
+        options = body.get("feedback_options")
+        if isinstance(options, dict):
+            for kind in ("buttons", "reasons"):
+                for i, item in enumerate(options.get(kind) or []):
+                    item["key"] = f"{i}{item['key']}"[:64]
+            if options.get("reasons") and not any(
+                b.get("semantic") == "negative" for b in options.get("buttons") or []
+            ):
+                options["reasons"] = []
     elif path == "/api/v1/interactions" and method == "POST" and isinstance(body, dict):
         for i, action in enumerate(body.get("actions") or []):
             action["id"] = f"a{i}_{action['id']}"[:32]

@@ -189,6 +189,7 @@ def test_details_replace_the_form_with_a_note_and_never_the_comment_text():
         "tag": "markdown",
         "element_id": cards.DETAIL,
         "content": "已补充说明，谢谢",
+        "i18n_content": {"zh_cn": "已补充说明，谢谢", "en_us": "Details added, thank you"},
         "text_size": "notation",
     }
     area = cards.feedback_area(snapshot, "del_x", CHOICES["negative_reason"])

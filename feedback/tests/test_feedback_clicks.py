@@ -66,7 +66,7 @@ def test_click_records_a_revision_answers_a_toast_and_updates_the_card_after_the
         "toast": {
             "type": "success",
             "content": "已记录：结论可用",
-            "i18n": {"zh_cn": "已记录：结论可用", "en_us": "Recorded: 结论可用"},
+            "i18n": {"zh_cn": "已记录：结论可用", "en_us": "Recorded: Usable conclusion"},
         }
     }  # toast only: the final answer's card is never re-sent in the answer
     revision = Revision.objects.get()

@@ -53,6 +53,42 @@ TEXT_OBJECT_TAGS = frozenset({"plain_text", "lark_md", "standard_icon", "custom_
 #: Keys under which a component holds child components.
 CHILD_KEYS = ("elements", "columns")
 
+#: Locale keys of Feishu's multilingual cards (16 languages).
+CARD_LOCALES = frozenset(
+    {
+        "zh_cn",
+        "en_us",
+        "zh_hk",
+        "zh_tw",
+        "ja_jp",
+        "id_id",
+        "vi_vn",
+        "th_th",
+        "pt_br",
+        "es_es",
+        "ko_kr",
+        "de_de",
+        "fr_fr",
+        "it_it",
+        "ru_ru",
+        "ms_my",
+    }
+)
+#: Component-level multilingual fields of Card JSON 2.0: field → the field it translates and
+#: the tags that may carry it (`i18n_content` on text objects and markdown, `i18n_default_value`
+#: on an input, `i18n_img_key` on an image). 2.0 has no card-wide `i18n_elements`/`i18n_header`.
+I18N_FIELDS: dict[str, tuple[str, frozenset[str]]] = {
+    "i18n_content": ("content", frozenset({"plain_text", "lark_md", "markdown"})),
+    "i18n_default_value": ("default_value", frozenset({"input"})),
+    "i18n_img_key": ("img_key", frozenset({"img"})),
+}
+#: Card-wide multilingual fields of schema 1.0, refused by 2.0.
+GLOBAL_I18N_FIELDS = ("i18n_elements", "i18n_header")
+#: Properties whose content is the caller's data, not card structure (callback values).
+OPAQUE_KEYS = frozenset({"behaviors", "value"})
+#: Button text and placeholders hold at most 100 characters (in every language).
+TEXT_LIMIT = 100
+
 
 def card_bytes(card: Any) -> bytes:
     """The compact UTF-8 JSON of `card`, as Cardloop sends it (what the 30 KB limit counts)."""
@@ -70,7 +106,12 @@ def validate_card(card: Any) -> list[str]:
     `multi_select_static` only inside a form; forms only directly in `body.elements`, not nested,
     each with at least one submit button; every form component has a non-empty `name`; `name`s
     and `element_id`s are unique in the card; `element_id` matches `ELEMENT_ID_RE`; at most
-    30 KB of JSON, 200 components and 5 nested container levels.
+    30 KB of JSON, 200 components and 5 nested container levels. Multilingual text (Feishu,
+    "Configure multilingual cards": https://open.feishu.cn/document/feishu-cards/configure-multi-language-content):
+    no card-wide `i18n_elements` / `i18n_header` (schema 2.0 refuses them); `i18n_content`,
+    `i18n_default_value`, `i18n_img_key` only on the tags of `I18N_FIELDS`, each an object of
+    `CARD_LOCALES` keys to strings; button text and placeholders at most 100 characters in
+    every language.
     """
     problems: list[str] = []
     if not isinstance(card, dict):
@@ -87,6 +128,13 @@ def validate_card(card: Any) -> list[str]:
     if not isinstance(elements, list):
         problems.append("$.body.elements: must be a list of components")
         elements = []
+
+    for name in GLOBAL_I18N_FIELDS:
+        if name in card:
+            problems.append(
+                f"$.{name}: schema 2.0 has no card-wide multilingual content; use i18n_content"
+            )
+    _check_i18n(card, "$", problems)
 
     state = _WalkState()
     for index, element in enumerate(elements):
@@ -196,6 +244,87 @@ def _walk(
 
     if tag == "form" and child_form is not None and child_form.submit_buttons == 0:
         problems.append(f"{path}: a form needs at least one button with form_action_type submit")
+
+
+def _check_i18n(node: Any, path: str, problems: list[str]) -> None:
+    """Every component-level multilingual field anywhere in the card: on a tag that takes it,
+    an object of Feishu locale keys to strings; a button's text and a placeholder at most
+    `TEXT_LIMIT` characters in every language."""
+    if isinstance(node, list):
+        for index, child in enumerate(node):
+            _check_i18n(child, f"{path}[{index}]", problems)
+        return
+    if not isinstance(node, dict):
+        return
+    tag = node.get("tag")
+    for key, value in node.items():
+        if key.startswith("i18n_") and key not in GLOBAL_I18N_FIELDS:
+            where = f"{path}.{key}"
+            spec = I18N_FIELDS.get(key)
+            if spec is None:
+                problems.append(f"{where}: unknown multilingual field")
+            elif tag not in spec[1]:
+                problems.append(f"{where}: only {', '.join(sorted(spec[1]))} take {key}")
+            elif not isinstance(value, dict) or not value:
+                problems.append(f"{where}: must be an object of locale → text")
+            else:
+                for locale, text in value.items():
+                    if locale not in CARD_LOCALES:
+                        problems.append(f"{where}.{locale}: not a Feishu card locale")
+                    elif not isinstance(text, str):
+                        problems.append(f"{where}.{locale}: must be a string")
+        elif isinstance(value, dict | list) and key not in OPAQUE_KEYS:
+            _check_i18n(value, f"{path}.{key}", problems)
+    if tag == "button":
+        _check_limit(node.get("text"), f"{path}.text", problems)
+    if tag in FORM_FIELD_TAGS:
+        _check_limit(node.get("placeholder"), f"{path}.placeholder", problems)
+
+
+def _check_limit(text: Any, path: str, problems: list[str]) -> None:
+    if not isinstance(text, dict):
+        return
+    variants = {"content": text.get("content")}
+    i18n = text.get("i18n_content")
+    if isinstance(i18n, dict):
+        variants.update({f"i18n_content.{k}": v for k, v in i18n.items()})
+    for where, value in variants.items():
+        if isinstance(value, str) and len(value) > TEXT_LIMIT:
+            problems.append(f"{path}.{where}: {len(value)} characters; at most {TEXT_LIMIT}")
+
+
+def merge_locales(renders: dict[str, Any], default: str) -> Any:
+    """One card (or component tree) from the same renderer's output in several languages.
+
+    `renders` maps a Feishu locale (`zh_cn`, `en_us`) to the tree rendered in it; the result
+    is a deep copy of `renders[default]` where every translatable field (`content` of a text
+    object or markdown, an input's `default_value`) that differs between languages also carries
+    its component-level multilingual field (`i18n_content`: `{locale: text}` for every locale).
+    Feishu shows each reader the text of their client's language and `content` elsewhere.
+    Parts whose shape differs between languages are left in the default language. Pure.
+    """
+    base = copy.deepcopy(renders[default])
+    _merge(base, dict(renders))
+    return base
+
+
+def _merge(node: Any, variants: dict[str, Any]) -> None:
+    if isinstance(node, list):
+        if all(isinstance(v, list) and len(v) == len(node) for v in variants.values()):
+            for index, child in enumerate(node):
+                _merge(child, {loc: v[index] for loc, v in variants.items()})
+        return
+    if not isinstance(node, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        return
+    tag = node.get("tag")
+    for i18n_key, (field, tags) in I18N_FIELDS.items():
+        if tag in tags and isinstance(node.get(field), str) and i18n_key not in node:
+            texts = {loc: v.get(field) for loc, v in variants.items()}
+            if all(isinstance(t, str) for t in texts.values()) and len(set(texts.values())) > 1:
+                node[i18n_key] = texts
+    for key, value in node.items():
+        if isinstance(value, dict | list) and not key.startswith("i18n_"):
+            _merge(value, {loc: v.get(key) for loc, v in variants.items()})
 
 
 def _check_button(node: dict, path: str, problems: list[str], form: _Form | None) -> None:

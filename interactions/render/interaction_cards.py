@@ -1,8 +1,10 @@
 """Rendering an interaction for its channel: Feishu Card JSON 2.0 or the text fallback.
 
 Pure functions (an `Interaction` in — only its own columns are read, so unsaved instances work
-— a dict or a string out). Text is rendered in the active language (`LANGUAGE_CODE`, zh-hans
-by default).
+— a dict or a string out). The text fallback is rendered in the active language
+(`LANGUAGE_CODE`, zh-hans by default); a Feishu card carries Cardloop's text in Chinese and
+English (`interactions.render.bilingual`: `i18n_content`, `content` in the bot's
+`card_language`), the caller's text (title, body, labels) as given.
 
 - `feishu_card(ia)`: pending → header, the question, the tool, buttons (approval: Approve
   `primary`, Deny `danger`, Always `default`; callback values `{"kind": "interaction",
@@ -26,6 +28,7 @@ from django.utils.translation import gettext as _
 from interactions import kinds as channels
 from interactions.lark.cardjson import callback_behaviors
 from interactions.models import Interaction
+from interactions.render.bilingual import bilingual, language_of
 
 #: The typed command (also accepted from Feishu text messages).
 COMMAND = "/_interaction"
@@ -66,6 +69,16 @@ def approval_actions(allow_always: bool = True) -> list[dict[str, str]]:
             {"id": ALWAYS, "label": _("Always allow"), "value": ALWAYS, "style": "default"}
         )
     return actions
+
+
+def _action_text(ia: Interaction, action: dict[str, Any]) -> str:
+    """A button's text: an approval's fixed actions in the active language (their stored label
+    is in the language they were created in), the caller's labels as given."""
+    if ia.kind == Interaction.Kind.APPROVAL:
+        fixed = {a["id"]: a["label"] for a in approval_actions()}
+        if action.get("id") in fixed:
+            return str(fixed[action["id"]])
+    return str(action["label"])
 
 
 def callback_value(ia: Interaction, action: dict[str, Any]) -> dict[str, str]:
@@ -126,9 +139,14 @@ def _escape(text: str) -> str:
     return text.replace("<", "&lt;").replace(">", "&gt;")
 
 
-def feishu_card(ia: Interaction) -> dict[str, Any]:
-    """Card JSON 2.0 for `ia` in its current state (see module docstring). Valid for
+def feishu_card(ia: Interaction, language: str | None = None) -> dict[str, Any]:
+    """Card JSON 2.0 for `ia` in its current state (see module docstring), in Chinese and
+    English with `language` (default: the bot's `card_language`) as content. Valid for
     `interactions.lark.cardjson.validate_card` for every kind and state."""
+    return bilingual(lambda: _feishu_card(ia), language or language_of(ia))
+
+
+def _feishu_card(ia: Interaction) -> dict[str, Any]:
     elements: list[dict[str, Any]] = []
     if ia.body:
         elements.append(_md(_escape(ia.body), "ia_body"))
@@ -171,7 +189,7 @@ def _buttons(ia: Interaction) -> dict[str, Any]:
                     {
                         "tag": "button",
                         "name": f"ia_{action['id']}"[:64],
-                        "text": _plain(str(action["label"])),
+                        "text": _plain(_action_text(ia, action)),
                         "type": action.get("style") or "default",
                         "behaviors": callback_behaviors(callback_value(ia, action)),
                     }

@@ -1,7 +1,9 @@
 """Rendering a session's progress card: pure functions, state in, Card JSON 2.0 out.
 
 `render(session, asks)` reads only the `ProgressSession` columns and the given pending asks
-(unsaved instances work), in the active language (zh-hans by default):
+(unsaved instances work; the bot's `card_language` is read by `bot_id`), with Cardloop's text
+in Chinese and English (`interactions.render.bilingual`: `i18n_content`, `content` in the
+bot's `card_language`):
 
 - header: the title, a status subtitle and a colour (running blue, completed green, failed
   red, cancelled grey, recovering orange); the summary; the latest tool lines;
@@ -35,6 +37,7 @@ from django.utils.translation import gettext as _
 
 from interactions.lark.cardjson import callback_behaviors, validate_card
 from interactions.models import Interaction, ProgressSession
+from interactions.render.bilingual import bilingual, language_of
 
 #: Callback kinds routed by the registry.
 ASK_KIND = "feishu_ask"
@@ -231,21 +234,29 @@ def _buttons(session: ProgressSession) -> dict[str, Any] | None:
     }
 
 
-def render(session: ProgressSession, asks: list[Interaction] = ()) -> dict[str, Any]:
+def render(
+    session: ProgressSession, asks: list[Interaction] = (), language: str | None = None
+) -> dict[str, Any]:
     """Card JSON 2.0 of `session` with `asks` (its pending asks, any order) as forms when the
-    session is running. Valid for `interactions.lark.cardjson.validate_card` in every state
-    (shortened to fit Feishu's limits, see module docstring)."""
+    session is running, in Chinese and English with `language` (default: the bot's
+    `card_language`) as content. Valid for `interactions.lark.cardjson.validate_card` in every
+    state (shortened to fit Feishu's limits with both languages, see module docstring)."""
+    language = language or language_of(session)
     pending = sorted(
         (a for a in asks if a.status == Interaction.Status.PENDING),
         key=lambda a: (a.form_index, a.created_at),
     )
     card: dict[str, Any] = {}
     for level in range(len(LEVELS)):
-        card = _render(session, pending, level, hidden=0)
+        card = bilingual(lambda lv=level: _render(session, pending, lv, hidden=0), language)
         if not validate_card(card):
             return card
+    last = len(LEVELS) - 1
     for shown in range(len(pending) - 1, -1, -1):
-        card = _render(session, pending[:shown], len(LEVELS) - 1, hidden=len(pending) - shown)
+        card = bilingual(
+            lambda n=shown: _render(session, pending[:n], last, hidden=len(pending) - n),
+            language,
+        )
         if not validate_card(card):
             return card
     return card

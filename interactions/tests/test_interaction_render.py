@@ -79,7 +79,7 @@ def test_every_kind_and_state_renders_a_valid_card_and_only_pending_has_controls
 
 def test_pending_approval_has_approve_primary_deny_danger_always_default_with_callback_values():
     ia = build()
-    buttons = _buttons(feishu_card(ia))
+    buttons = _buttons(feishu_card(ia, "en"))  # a bot whose card language is English
     assert [(b["text"]["content"], b["type"]) for b in buttons] == [
         ("Approve", "primary"),
         ("Deny", "danger"),
