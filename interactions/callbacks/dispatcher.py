@@ -245,6 +245,14 @@ def _call_handler(bot, payload):
     except registry.InvalidCallback as exc:
         log.warning("card action %s of %s: %s", _event_id(payload), bot.app_id, exc)
         return _toast("warning", _("This button has no action Cardloop understands.")), None
+    missing = registry.missing_fields(payload)
+    if missing:
+        log.warning(
+            "card action %s of %s lacks %s; its handler may not find the card or the clicker",
+            action.event_id,
+            bot.app_id,
+            ", ".join(missing),
+        )
     handler = registry.handler_for(action.kind)
     if handler is None:
         log.warning(

@@ -217,6 +217,25 @@ class CardAction:
         )
 
 
+#: Fields of a card action every handler relies on, as dotted paths into the payload: which
+#: card was clicked and who clicked (Feishu's card callback structure:
+#: https://open.feishu.cn/document/feishu-cards/card-callback-communication).
+EXPECTED_CARD_ACTION_FIELDS = ("event.context.open_message_id", "event.operator.open_id")
+
+
+def missing_fields(payload: dict[str, Any]) -> list[str]:
+    """The `EXPECTED_CARD_ACTION_FIELDS` a card-action payload lacks (absent, empty or not a
+    string), as dotted paths (pure; safe to log: names, never values)."""
+    missing = []
+    for path in EXPECTED_CARD_ACTION_FIELDS:
+        node: Any = payload
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, str) or not node:
+            missing.append(path)
+    return missing
+
+
 @dataclass(frozen=True, repr=False)
 class LarkEvent:
     """One verified ordinary event (schema 2.0), e.g. `im.message.receive_v1`.
