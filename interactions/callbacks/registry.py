@@ -15,7 +15,7 @@ Card actions (`card.action.trigger`): the callback value is read from `event.act
 (an object, or a string holding a JSON object), and its `kind` picks the handler. The handler
 gets a `CardAction` and returns an `Answer` (toast and/or a full raw 2.0 card), a plain answer
 dict, or None (answered `{}`). It runs in a worker thread with its own database connection,
-inside the dispatcher's budget (`CARDLOOP_CALLBACK_BUDGET`, 2.5 s); see
+inside the dispatcher's budget (`CARDLOOP_CALLBACK_BUDGET`, 2.0 s); see
 `interactions.callbacks.dispatcher` for what happens on unknown kinds, exceptions and overruns.
 
 Events (everything that is not a card action, e.g. `im.message.receive_v1`): every handler
