@@ -634,6 +634,9 @@ class WebhookSender:
         error = "" if outcome is Outcome.DELIVERED else f"HTTP {status}"
         if outcome is Outcome.REDIRECT_REFUSED:
             error = f"HTTP {status}: redirects are not followed"
+            location = response.headers.get("location")
+            if location:
+                error += f" (Location: {_clip(location, MAX_LOCATION_CHARS)})"
         return AttemptResult(
             outcome,
             status_code=status,
@@ -641,6 +644,18 @@ class WebhookSender:
             response_excerpt=bytes(excerpt[:MAX_RESPONSE_BYTES]).decode("utf-8", errors="replace"),
             retry_after_s=retry_after,
         )
+
+
+#: Characters of a refused redirect's `Location` kept in the attempt log (the error column
+#: holds 500).
+MAX_LOCATION_CHARS = 300
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` for the attempt log: control characters escaped, at most `limit` characters
+    (an ellipsis marks a cut)."""
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _describe(exc: BaseException) -> str:

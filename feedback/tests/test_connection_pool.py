@@ -165,7 +165,7 @@ def test_concurrent_clicks_under_daphne_share_a_bounded_pool_and_all_get_answers
 
     assert len(answers) == CLICKS
     assert [status for status, _body in answers if status != 200] == []
-    # a click past the 2.5 s budget on a loaded machine is answered "still working" (info);
+    # a click past the 2 s budget on a loaded machine is answered "still working" (info);
     # every other answer is the success toast
     assert {body["toast"]["type"] for _status, body in answers} <= {"success", "info"}
     deadline = time.monotonic() + 30

@@ -198,6 +198,22 @@ def test_a_302_is_a_failed_attempt_and_is_not_followed(
     assert "redirects are not followed" in item.last_error
 
 
+def test_a_refused_redirect_records_its_location_truncated_in_the_attempt_log(
+    receiver, make_destination, emit_event, make_worker
+):
+    make_destination(receiver.url())
+    event = emit_event()
+    target = receiver.url("/moved?" + "x" * 2000)
+    receiver.reply(Reply(307, {"Location": target}))
+    make_worker().run_until_idle()
+
+    attempt = WebhookAttempt.objects.get(outbox_item=_row(event))
+    assert attempt.outcome == "redirect_refused"
+    assert target[:200] in attempt.error
+    assert target not in attempt.error and len(attempt.error) <= 500
+    assert [r.path for r in receiver.requests] == ["/hook"]  # recorded, never followed
+
+
 def test_410_disables_the_destination_and_its_other_rows_wait(
     receiver, make_destination, emit_event, make_worker
 ):

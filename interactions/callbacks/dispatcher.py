@@ -25,7 +25,7 @@
 5. updates the handler enqueues are held until the answer was sent
    (`interactions.cardqueue.service`); the transport calls `take_after_answer()` and runs it
    once the answer left;
-6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.5) the answer is an info toast while the handler
+6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.0) the answer is an info toast while the handler
    finishes in its thread.
 
 `handle_event(bot, payload)` does the same for ordinary events (dedupe, every handler from
@@ -90,7 +90,8 @@ def reset_after_answer() -> None:
 
 def budget() -> float:
     """Seconds a callback may take before it is answered with `still_working()`
-    (`CARDLOOP_CALLBACK_BUDGET`, 2.5: Feishu waits 3 s for the answer)."""
+    (`CARDLOOP_CALLBACK_BUDGET`, 2.0: Feishu waits 3 s for the answer, and that includes its
+    network path to Cardloop; docs/CONTRACT.md, "3 seconds")."""
     return float(settings.CARDLOOP_CALLBACK_BUDGET)
 
 
@@ -245,6 +246,14 @@ def _call_handler(bot, payload):
     except registry.InvalidCallback as exc:
         log.warning("card action %s of %s: %s", _event_id(payload), bot.app_id, exc)
         return _toast("warning", _("This button has no action Cardloop understands.")), None
+    missing = registry.missing_fields(payload)
+    if missing:
+        log.warning(
+            "card action %s of %s lacks %s; its handler may not find the card or the clicker",
+            action.event_id,
+            bot.app_id,
+            ", ".join(missing),
+        )
     handler = registry.handler_for(action.kind)
     if handler is None:
         log.warning(

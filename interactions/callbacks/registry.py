@@ -15,7 +15,7 @@ Card actions (`card.action.trigger`): the callback value is read from `event.act
 (an object, or a string holding a JSON object), and its `kind` picks the handler. The handler
 gets a `CardAction` and returns an `Answer` (toast and/or a full raw 2.0 card), a plain answer
 dict, or None (answered `{}`). It runs in a worker thread with its own database connection,
-inside the dispatcher's budget (`CARDLOOP_CALLBACK_BUDGET`, 2.5 s); see
+inside the dispatcher's budget (`CARDLOOP_CALLBACK_BUDGET`, 2.0 s); see
 `interactions.callbacks.dispatcher` for what happens on unknown kinds, exceptions and overruns.
 
 Events (everything that is not a card action, e.g. `im.message.receive_v1`): every handler
@@ -215,6 +215,25 @@ class CardAction:
             timezone=_str(action.get("timezone")),
             host=_str(event.get("host")),
         )
+
+
+#: Fields of a card action every handler relies on, as dotted paths into the payload: which
+#: card was clicked and who clicked (Feishu's card callback structure:
+#: https://open.feishu.cn/document/feishu-cards/card-callback-communication).
+EXPECTED_CARD_ACTION_FIELDS = ("event.context.open_message_id", "event.operator.open_id")
+
+
+def missing_fields(payload: dict[str, Any]) -> list[str]:
+    """The `EXPECTED_CARD_ACTION_FIELDS` a card-action payload lacks (absent, empty or not a
+    string), as dotted paths (pure; safe to log: names, never values)."""
+    missing = []
+    for path in EXPECTED_CARD_ACTION_FIELDS:
+        node: Any = payload
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, str) or not node:
+            missing.append(path)
+    return missing
 
 
 @dataclass(frozen=True, repr=False)

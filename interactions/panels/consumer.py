@@ -29,6 +29,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         self.known: set[str] = set()  # requestIds the client was told are open
         self.closed: set[str] = set()  # requestIds the client was told are closed (recent)
+        self.won: set[str] = set()  # requestIds this panel answered (its acceptance is final)
         self.lock = asyncio.Lock()
         self.timer: asyncio.Task | None = None
         self.user = await database_sync_to_async(panels.authenticate_scope)(self.scope)
@@ -105,7 +106,9 @@ class PanelConsumer(AsyncWebsocketConsumer):
                         reply["code"] in panels.TERMINAL_REJECTIONS
                     ):
                         self.known.discard(reply["requestId"])
-                        self.closed.add(reply["requestId"])
+                        self._remember_closed(reply["requestId"])
+                    if reply["type"] == "ask_user_questions_accepted":
+                        self._remember_won(reply["requestId"])
                     await self._send(reply)
             elif kind == "sync":
                 await self._resync(always=True)
@@ -132,6 +135,10 @@ class PanelConsumer(AsyncWebsocketConsumer):
             elif message.get("type") == "ask_user_questions_cancelled":
                 self.known.discard(request_id)
                 self._remember_closed(request_id)
+                if message.get("reason") == "answered" and request_id in self.won:
+                    # this panel's answer won: it was told `accepted`, and "answered
+                    # elsewhere" would contradict that (every other panel still gets it)
+                    return
             await self._send(message)
 
     async def panel_token_revoked(self, event):
@@ -199,6 +206,11 @@ class PanelConsumer(AsyncWebsocketConsumer):
         if len(self.closed) > 1000:
             self.closed.clear()
         self.closed.add(request_id)
+
+    def _remember_won(self, request_id):
+        if len(self.won) > 1000:
+            self.won.clear()
+        self.won.add(request_id)
 
     async def _send(self, message):
         await self.send(text_data=json.dumps(message, ensure_ascii=False))

@@ -32,6 +32,10 @@ Protocol (JSON text frames):
 | server → client | `snapshot` (above), `ask_user_questions` (`asks.panel_message`), `ask_user_questions_cancelled` `{requestId, reason}`, `ask_user_questions_accepted` `{requestId}`, `ask_user_questions_rejected` `{requestId, code, detail}`, `pong`, `error` `{error, detail}` |
 | client → server | `ask_user_questions_result` `{requestId, answers: [{question, selectedLabels, customInput}]}`, `sync`, `ping` |
 
+The panel whose answer won gets only `ask_user_questions_accepted` for it; the other panels of
+the user get `ask_user_questions_cancelled` with reason `answered` (the consumer drops that push
+on the winning panel, so "you answered" and "answered elsewhere" never reach the same client).
+
 `rejected` codes come from `asks.submit_answers` (`unknown`, `finished` — e.g. answered on the
 card first —, `not_sender`, `empty_answer`, `invalid`); after `unknown`/`finished`/`not_sender`
 the client drops the question. A malformed client frame gets an `error` frame (`malformed_json`,

@@ -19,7 +19,7 @@ callback. `LarkCallbackApp` therefore answers exactly that route itself and hand
    `interactions.channels.feishu.ingress.callback`, with an `ASGIRequest` (so headers,
    `request.body` and the answer are exactly what Django would produce); the dispatcher runs
    the handler in that same thread, and the event loop keeps the budget: past
-   `dispatcher.budget()` (2.5 s) the answer is the "still working" info toast while the thread
+   `dispatcher.budget()` (2.0 s) the answer is the "still working" info toast while the thread
    finishes;
 4. the answer is sent, and only then `response.close()` runs, in the same handler thread and
    on the same database connection: the held card updates are released (Feishu applies

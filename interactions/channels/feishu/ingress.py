@@ -43,7 +43,7 @@ from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 from botadmin.models import Bot
 from interactions.callbacks import dispatcher, inbound
 from interactions.lark import signing
-from plumbing.parsers import ascii_int, loads_untrusted
+from plumbing.parsers import ascii_int, contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,9 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
 
     def __init__(self, bot, credentials: lark.WebhookCredentials | None = None):
         super().__init__()
+        self.bot = bot
+        #: The decrypted payload of the HTTP request being handled (`_inspect`), else None.
+        self.payload: dict[str, Any] | None = None
         if credentials is not None:
             self._webhook_credentials_provider = lambda: credentials
         else:  # long connection: frames are authenticated by the connection itself
@@ -177,7 +180,7 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
 
     def _decrypt(self, content: bytes, encrypt_key):
         try:
-            return super()._decrypt(content, encrypt_key)
+            plaintext = super()._decrypt(content, encrypt_key)
         except NoAuthorizationException:
             _reject(
                 400, "encrypt_key_missing", "The body is encrypted but the bot has no Encrypt Key."
@@ -185,6 +188,29 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
         except (ValueError, TypeError, AttributeError):  # base64, padding, UTF-8, shape
             _reject(
                 400, "undecryptable", "The body could not be decrypted with the bot's Encrypt Key."
+            )
+        self._inspect(plaintext)
+        return plaintext
+
+    def _inspect(self, plaintext: str) -> None:
+        """Keep the decrypted payload for the checks lark-oapi does not make (`_verify_sign`,
+        `process`) and refuse a verification token that cannot be compared: one holding a
+        lone surrogate has no UTF-8 form, so lark-oapi's comparison would raise (400
+        `malformed_payload`, one warning line, no traceback). A plaintext that is not a JSON
+        object is left to lark-oapi's own failure path."""
+        try:
+            payload = loads_untrusted(plaintext)
+        except ValueError:
+            return
+        if not isinstance(payload, dict):
+            return
+        self.payload = payload
+        token = _token_of(payload)
+        if isinstance(token, str) and contains_unstorable(token):
+            _reject(
+                400,
+                "malformed_payload",
+                "The verification token holds characters that are not valid text.",
             )
 
     def _verify_token(self, token, verification_token) -> None:
@@ -213,6 +239,38 @@ class CardloopEventDispatcher(lark.EventDispatcherHandler):
         expected = signing.signature(timestamp, nonce, encrypt_key, request.body)
         if not hmac.compare_digest(expected.encode(), given.encode()):
             _reject(401, "invalid_signature", "X-Lark-Signature does not match the body.")
+        self._check_signed_payload()
+
+    def _check_signed_payload(self) -> None:
+        """Defence in depth once the signature matched (Feishu's callback verification:
+        https://open.feishu.cn/document/event-subscription-guide/callback-subscription/receive-and-handle-callbacks):
+        lark-oapi skips the Verification Token when a signed body carries none, and never looks
+        at `header.app_id`. Cardloop refuses both gaps: a bot with a Verification Token (every
+        bot on this route) gets it in every callback (401 `missing_token`), and the body's
+        `header.app_id`, when present, must be the app of the URL (401 `app_id_mismatch`: an
+        Encrypt Key shared by two apps must not let one app's events act as the other's)."""
+        payload = self.payload or {}
+        if not (payload.get("schema") or payload.get("uuid")):
+            return  # not an event or callback at all: lark-oapi refuses it (400)
+        if self._verification_token_configured() and _token_of(payload) is None:
+            _reject(401, "missing_token", "The callback carries no verification token.")
+        header = payload.get("header")
+        app_id = header.get("app_id") if isinstance(header, dict) else None
+        if app_id is not None and app_id != self.bot.app_id:
+            _reject(401, "app_id_mismatch", "header.app_id is not the app of this callback URL.")
+
+    def _verification_token_configured(self) -> bool:
+        _key, token = self._resolve_webhook_credentials()
+        return bool(token)
+
+
+def _token_of(payload: dict[str, Any]) -> Any:
+    """The verification token where lark-oapi reads it: `header.token` of a schema-2.0 body,
+    the top-level `token` otherwise (url_verification, schema 1.0); None when absent."""
+    if payload.get("schema"):
+        header = payload.get("header")
+        return header.get("token") if isinstance(header, dict) else None
+    return payload.get("token")
 
 
 @dataclass
@@ -272,12 +330,15 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
     failures: list[str] = []
     reset_failures = _lark_failures.set(failures)
     try:
-        response = CardloopEventDispatcher(bot, credentials).do(raw)
+        handler = CardloopEventDispatcher(bot, credentials)
+        response = handler.do(raw)
         rejection = _rejection.get()
     finally:
         _rejection.reset(reset)
         _lark_failures.reset(reset_failures)
     after_answer = dispatcher.take_after_answer()
+    if response.status_code == 200 and rejection is None and _is_challenge(handler.payload):
+        return _challenge_answer(bot, handler.payload)
     if response.status_code == 200:
         try:
             answer = json.loads(response.content)
@@ -289,7 +350,11 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
         return _error(400, "malformed_payload", "The payload could not be answered.")
     if rejection is not None:
         log.warning(
-            "lark ingress %s: refused (%s %s)", bot.app_id, rejection.status, rejection.code
+            "lark ingress %s: refused (%s %s: %s)",
+            bot.app_id,
+            rejection.status,
+            rejection.code,
+            rejection.detail,
         )
         return IngressResult(
             rejection.status, {"error": rejection.code, "detail": rejection.detail}
@@ -300,6 +365,24 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
         "; ".join(failures) or "no reason given",
     )
     return _error(400, "malformed_payload", "The payload is not a Feishu event or callback.")
+
+
+def _is_challenge(payload: dict[str, Any] | None) -> bool:
+    return isinstance(payload, dict) and payload.get("type") == "url_verification"
+
+
+def _challenge_answer(bot: Bot, payload: dict[str, Any]) -> IngressResult:
+    """The answer to a verified url_verification: `{"challenge": …}` serialized as JSON from
+    the parsed value (lark-oapi formats it into a string, so a quote in the challenge would
+    change the answer's shape). A challenge that is not a string → 400 `malformed_payload`.
+    Feishu's rule (reply `{"challenge": "<same value>"}`):
+    https://open.feishu.cn/document/event-subscription-guide/callback-subscription/step-1-choose-a-subscription-mode/send-callbacks-to-developers-server
+    """
+    challenge = payload.get("challenge")
+    if not isinstance(challenge, str):
+        log.warning("lark ingress %s: url_verification without a string challenge", bot.app_id)
+        return _error(400, "malformed_payload", "challenge must be a string.")
+    return IngressResult(200, {"challenge": challenge})
 
 
 class AnswerResponse(JsonResponse):

@@ -9,7 +9,7 @@ How it fits lark-oapi's long-connection client:
 - frames arrive on that loop and lark-oapi calls `_do_without_validation` synchronously; the
   dispatcher runs all ORM work in its worker threads and waits at most the callback budget, so
   the loop's thread never touches the database (Django's ORM must not run on an event loop)
-  and never blocks longer than 2.5 s;
+  and never blocks longer than the budget (2.0 s);
 - no decryption or signature check happens here: the connection was authenticated with the
   app secret when it was opened;
 - after a card action's answer frame has been written, held card updates are released (the
