@@ -3,11 +3,16 @@ from django.utils.translation import gettext_lazy as _
 
 
 class CardloopConfig(AppConfig):
-    """The project package as an app: it holds no models, only the `serve` command and the
-    deployment system checks (`cardloop.E001` …), registered here."""
+    """The project package as an app: it holds no models, only the `serve` command, the
+    deployment system checks (`cardloop.E001` …) and the demo's metrics-token line
+    (`seed_demo`), registered here."""
 
     name = "cardloop"
     verbose_name = _("Cardloop service")
 
     def ready(self) -> None:
+        from botadmin.demo import register_seeder
         from cardloop import checks  # noqa: F401  (registers the system checks)
+        from cardloop.demo import print_metrics_token
+
+        register_seeder("metrics", print_metrics_token)

@@ -4,10 +4,12 @@
 - `cardloop.E001`: DEBUG is off and DJANGO_SECRET_KEY is missing, the development key, or weak.
 - `cardloop.E002`: CARDLOOP_REPORT_TZ is not a known IANA time zone.
 - `cardloop.W001`: CARDLOOP_WEBHOOK_ALLOW_PRIVATE is on outside DEBUG (tests only).
+- `cardloop.E010`: an entry of CARDLOOP_METRICS_ALLOW is not an IP address or network.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import zoneinfo
 
 from django.conf import settings
@@ -66,3 +68,22 @@ def check_webhook_private(app_configs=None, **kwargs):
             )
         ]
     return []
+
+
+@register(Tags.security)
+def check_metrics_allow(app_configs=None, **kwargs):
+    """`cardloop.E010` for an entry of CARDLOOP_METRICS_ALLOW that is not an IP address or
+    network (CIDR), which `/metrics` could not apply."""
+    errors = []
+    for entry in settings.CARDLOOP_METRICS_ALLOW:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            errors.append(
+                Error(
+                    f"CARDLOOP_METRICS_ALLOW entry {entry[:64]!r} is not an IP address or network.",
+                    hint="Use addresses or CIDR networks, e.g. 10.0.0.5,10.1.0.0/16.",
+                    id="cardloop.E010",
+                )
+            )
+    return errors

@@ -10,6 +10,7 @@ in-memory channel layer, so a fresh clone runs with nothing else installed. At s
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import environ
@@ -321,6 +322,14 @@ CARDLOOP_MCP_PROGRESS_SECONDS = env.float("CARDLOOP_MCP_PROGRESS_SECONDS", defau
 CARDLOOP_PANEL_HEARTBEAT = env.float("CARDLOOP_PANEL_HEARTBEAT", default=20.0)
 CARDLOOP_PANEL_PRESENCE_TTL = env.float("CARDLOOP_PANEL_PRESENCE_TTL", default=60.0)
 CARDLOOP_PANEL_RESYNC = env.float("CARDLOOP_PANEL_RESYNC", default=60.0)
+#: `GET /metrics` (cardloop.metrics): the bearer token a Prometheus scraper sends, and the
+#: addresses / CIDR networks that may scrape without it. With neither the endpoint refuses
+#: every request. With DEBUG and no token, a token derived from SECRET_KEY (so `seed_demo`
+#: prints the one `make run` serves with).
+CARDLOOP_METRICS_TOKEN = env.str("CARDLOOP_METRICS_TOKEN", default="") or (
+    "cmx_" + hashlib.sha256(f"metrics:{SECRET_KEY}".encode()).hexdigest()[:32] if DEBUG else ""
+)
+CARDLOOP_METRICS_ALLOW = env.list("CARDLOOP_METRICS_ALLOW", default=[])
 
 LOGGING = {
     "version": 1,

@@ -6,7 +6,7 @@ from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.views import SpectacularSwaggerView
 
-from cardloop import views
+from cardloop import metrics, views
 from plumbing.openapi import EnglishSchemaView
 
 admin.site.site_header = _("Cardloop administration")
@@ -16,6 +16,7 @@ admin.site.index_title = _("Feedback policy, bots and delivery")
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("i18n/", include("django.conf.urls.i18n")),
     # Managers (not necessarily staff) sign in here to read the dashboard.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

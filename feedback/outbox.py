@@ -52,6 +52,7 @@ from feedback import webhooks
 from feedback.envelopes import PRIVATE_FIELDS, envelope, serialize, stable_event_id, with_private
 from feedback.models import Event, OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.webhooks import AttemptResult, Outcome, WebhookRequest
+from plumbing import metrics
 from plumbing.workqueue import (
     WorkStatus,
     claim_due,
@@ -481,6 +482,10 @@ class OutboxWorker:
             WebhookAttempt.objects.bulk_create(attempts)
             for destination_id, reason in to_disable.items():
                 destinations_service.disable_destination(destination_id, reason=reason)
+        for entry, result in results:
+            metrics.observe_webhook_attempt(
+                entry.item.destination_id, str(result.outcome), result.duration_ms / 1000
+            )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -50,6 +51,7 @@ from django.utils.translation import gettext_lazy as _
 from interactions.callbacks import inbound, registry
 from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
+from plumbing import metrics
 from plumbing.db.sqlite3.base import keep_connections_in_this_thread
 from plumbing.parsers import contains_unstorable
 
@@ -73,6 +75,43 @@ EVENT_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="lark-event")
 
 _after_answer: ContextVar[Callable[[], Any] | None] = ContextVar("lark_after_answer", default=None)
 _in_worker: ContextVar[bool] = ContextVar("lark_in_worker", default=False)
+#: The transport of the callbacks handled in this context (`metrics.ROUTES`); the long
+#: connection sets it (`set_route`).
+_route: ContextVar[str] = ContextVar("lark_route", default="http")
+#: The metric kind of the last callback handled in this context (`take_answer_kind`).
+_answer_kind: ContextVar[str | None] = ContextVar("lark_answer_kind", default=None)
+
+
+def set_route(route: str) -> None:
+    """Label the callbacks handled in this context with transport `route` (one of
+    `plumbing.metrics.ROUTES`; the default is "http")."""
+    _route.set(route)
+
+
+def take_answer_kind() -> str | None:
+    """The metric kind (`kind_label`) of the callback `handle_card_action` / `handle_event`
+    last handled in this context, or None when neither ran (a refused request, a URL
+    verification). Clears it. For a transport that keeps the budget itself and so measures
+    the answer time (`interactions.channels.feishu.asgi`)."""
+    kind = _answer_kind.get()
+    _answer_kind.set(None)
+    return kind
+
+
+def kind_label(payload: dict[str, Any]) -> str:
+    """The `kind` label of a card action for metrics: its `action.value.kind` when a handler
+    is registered for it, else "unknown" (the value comes from outside, so only registered
+    kinds — a closed set — become label values)."""
+    event = payload.get("event")
+    action = event.get("action") if isinstance(event, dict) else None
+    try:
+        value = registry.decode_value(action.get("value") if isinstance(action, dict) else None)
+    except registry.InvalidCallback:
+        return "unknown"
+    kind = value.get("kind")
+    if isinstance(kind, str) and registry.handler_for(kind) is not None:
+        return kind
+    return "unknown"
 
 
 def take_after_answer() -> Callable[[], Any] | None:
@@ -170,7 +209,11 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
         log.warning(
             "card action of %s carries a NUL character or a lone surrogate; refused", bot.app_id
         )
+        metrics.count_refused("unstorable_characters")
         return _toast("warning", _("This request contains characters Cardloop cannot accept."))
+    started = time.monotonic()
+    kind = kind_label(payload)
+    _answer_kind.set(kind)
     hold = cards.Hold()
     try:
         if _in_worker.get():
@@ -186,6 +229,7 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
             bot.app_id,
             budget(),
         )
+        metrics.count_over_budget(_route.get())
         answer = still_working()
     except Exception:
         log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
@@ -193,6 +237,8 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
             "error", _("Something went wrong while handling your click. Please try again.")
         )
     _after_answer.set(functools.partial(cards.release_holds, hold))
+    if not _in_worker.get():  # inside run_in_worker the transport measures the answer
+        metrics.observe_callback_answer(_route.get(), kind, time.monotonic() - started)
     return answer
 
 
@@ -203,7 +249,9 @@ def handle_event(bot, payload: dict[str, Any]) -> None:
     could store it)."""
     if contains_unstorable(payload):
         log.warning("event of %s carries a NUL character or a lone surrogate; dropped", bot.app_id)
+        metrics.count_refused("unstorable_characters")
         return
+    _answer_kind.set("event")
     _release_caller_connection()
     future = EVENT_POOL.submit(run_isolated, _deliver_event, bot, payload)
     try:

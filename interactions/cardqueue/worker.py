@@ -25,6 +25,7 @@ from django.utils import timezone
 from interactions.cardqueue.service import render_now
 from interactions.lark.cardjson import merge_updates
 from interactions.models import CardEntity, CardUpdate
+from plumbing import metrics
 from plumbing.workqueue import WorkStatus, claim_due, reschedule, settle
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def run_due(limit: int = 10, *, should_stop: Callable[[], bool] | None = None) -
             for rest in rows[index:]:
                 return_to_pending(rest, token, timezone.now(), attempts=F("attempts") - 1)
             break
-        apply_update(row, token)
+        metrics.count_card_update(apply_update(row, token))
         attempted += 1
     return attempted
 

@@ -6,6 +6,11 @@ with a listening socket of its own (SO_REUSEPORT: the kernel spreads new connect
 them), so a host with N cores serves N requests' Python at once. Several processes need a
 channel layer they share (`REDIS_URL`): the in-memory layer reaches one process only.
 
+The URLs are printed once the port answers HTTP (a process serves it), not when the processes
+were started: loading the application takes seconds, more on a busy machine. All processes
+share one prometheus-client multiprocess directory (`plumbing.metrics`; `PROMETHEUS_MULTIPROC_DIR`
+or a temporary one), emptied at start and at exit, so `/metrics` sums every process of this run.
+
 Ctrl-C or SIGTERM stops all children (workers get SIGTERM and finish their in-flight work); if
 one child exits, the others are stopped too and the exit code is non-zero, so a supervisor sees
 the failure instead of a half-running service.
@@ -13,6 +18,7 @@ the failure instead of a half-running service.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -23,6 +29,8 @@ import time
 from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand, CommandError
+
+from plumbing import metrics
 
 #: Worker commands started beside the web server when they are installed.
 WORKER_COMMANDS = ["card_worker", "outbox_worker", "alert_worker"]
@@ -51,6 +59,7 @@ class Command(BaseCommand):
                 "--web-processes > 1 needs REDIS_URL: the in-memory channel layer reaches one "
                 "process only, so question panels would miss pushes from the others."
             )
+        metrics.clear_directory()  # exported to the children; counters start at zero
         python = sys.executable
         manage = [python, os.path.abspath(sys.argv[0])]
         children: dict[str, subprocess.Popen] = {}
@@ -73,16 +82,18 @@ class Command(BaseCommand):
                 if name in available:
                     children[name] = subprocess.Popen([*manage, name])
         base = f"http://{host}:{port}"
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"Cardloop is starting on {base}/\n"
-                f"  admin:     {base}/admin/\n"
-                f"  dashboard: {base}/dashboard/\n"
-                f"  API docs:  {base}/api/docs/\n"
-                f"  processes: {', '.join(children)}\n"
-                "Press Ctrl-C to stop."
-            )
+        self.stdout.write(f"Starting Cardloop ({', '.join(children)}) ...")
+        self.stdout.flush()
+        banner = self.style.SUCCESS(
+            f"Cardloop is listening on {base}/\n"
+            f"  admin:     {base}/admin/\n"
+            f"  dashboard: {base}/dashboard/\n"
+            f"  API docs:  {base}/api/docs/\n"
+            f"  metrics:   {base}/metrics\n"
+            f"  processes: {', '.join(children)}\n"
+            "Press Ctrl-C to stop."
         )
+        announced = False
 
         stopping = False
 
@@ -95,6 +106,10 @@ class Command(BaseCommand):
         exit_code = 0
         try:
             while not stopping:
+                if not announced and _answers(host, port):
+                    announced = True
+                    self.stdout.write(banner)
+                    self.stdout.flush()
                 for name, proc in children.items():
                     if proc.poll() is not None:
                         self.stderr.write(f"{name} exited with status {proc.returncode}; stopping.")
@@ -112,8 +127,27 @@ class Command(BaseCommand):
                     proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
+            metrics.clear_directory()
         if exit_code:
             sys.exit(exit_code)
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether an HTTP server answers on (`host`, `port`) — any status counts (a Host not in
+    ALLOWED_HOSTS gets 400, still an answer). A wildcard address is probed on loopback. A
+    connection accepted into a pre-bound socket's backlog (`--web-processes`) that nobody
+    serves yet times out after a second: not answering."""
+    wildcard = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - probed, not bound
+    target = wildcard.get(host, host.strip("[]"))
+    connection = http.client.HTTPConnection(target, port, timeout=1.0)
+    try:
+        connection.request("GET", "/healthz")
+        connection.getresponse().read()
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+    return True
 
 
 def _listeners(host: str, port: int, count: int) -> list[socket.socket]:

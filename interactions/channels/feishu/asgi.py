@@ -40,6 +40,7 @@ import json
 import logging
 import re
 import threading
+import time
 
 from django.conf import settings
 from django.core import signals
@@ -50,6 +51,7 @@ from django.http.request import split_domain_port, validate_host
 
 from interactions.callbacks import dispatcher
 from interactions.channels.feishu import ingress
+from plumbing import metrics
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +147,22 @@ def _hand_over(answered: asyncio.Future, response: HttpResponseBase) -> None:
 
 
 def _answer_send_close(
-    scope, body: bytes, app_id: str, loop, answered: asyncio.Future, sent: threading.Event
+    scope,
+    body: bytes,
+    app_id: str,
+    loop,
+    answered: asyncio.Future,
+    sent: threading.Event,
+    timing: dict[str, float],
 ) -> None:
     """Handler thread, start to end of one callback: the view's answer is handed to the event
     loop (`answered`), the thread waits until the loop has sent it (`sent`; set at once when
     the budget answer went out instead), then closes the response on the same connection.
-    Never raises."""
+    Last, the answer time the loop noted (`timing["seconds"]`, before `sent`) is recorded
+    under the callback's kind (`dispatcher.take_answer_kind`; nothing for a refusal). Never
+    raises."""
     response = _answer(scope, body, app_id)
+    kind = dispatcher.take_answer_kind()
     try:
         loop.call_soon_threadsafe(_hand_over, answered, response)
         if not sent.wait(SEND_WAIT_SECONDS):
@@ -161,10 +172,14 @@ def _answer_send_close(
     finally:
         _close(response)
         dispatcher.finish_connections()
+    seconds = timing.get("seconds")
+    if kind is not None and seconds is not None:
+        metrics.observe_callback_answer("http", kind, seconds)
 
 
 async def _send_json(send, status: int, code: str, detail: str) -> None:
-    """Answer `{"error": code, "detail": detail}` with HTTP `status`."""
+    """Answer `{"error": code, "detail": detail}` with HTTP `status` (a refusal: counted)."""
+    metrics.count_refused(code)
     payload = json.dumps({"error": code, "detail": detail}).encode()
     headers = [
         (b"Content-Type", b"application/json"),
@@ -192,6 +207,7 @@ class LarkCallbackApp:
             match = CALLBACK_PATH.fullmatch(scope.get("path", ""))
         if match is None:
             return await self.app(scope, receive, send)
+        started = time.monotonic()
         if not _host_allowed(scope):
             log.warning("lark callback refused: Host header not in ALLOWED_HOSTS")
             await _send_json(send, 400, "disallowed_host", "The Host header is not allowed.")
@@ -207,6 +223,7 @@ class LarkCallbackApp:
         app_id = match.group("app_id")
         answered = loop.create_future()
         sent = threading.Event()
+        timing: dict[str, float] = {}
         work = loop.run_in_executor(
             dispatcher.POOL,
             dispatcher.run_in_worker,
@@ -217,6 +234,7 @@ class LarkCallbackApp:
             loop,
             answered,
             sent,
+            timing,
         )
         try:
             try:
@@ -232,9 +250,12 @@ class LarkCallbackApp:
                 await _SEND_RESPONSE.send_response(
                     ingress.AnswerResponse(dispatcher.still_working(), status=200), send
                 )
+                timing["seconds"] = time.monotonic() - started
+                metrics.count_over_budget("http")
                 return
             try:
                 await _SEND_RESPONSE.send_response(response, send)
+                timing["seconds"] = time.monotonic() - started
             finally:
                 sent.set()
             await work

@@ -43,6 +43,7 @@ from lark_oapi.event.processor import ICallBackProcessor, IEventProcessor
 from botadmin.models import Bot
 from interactions.callbacks import dispatcher, inbound
 from interactions.lark import signing
+from plumbing import metrics
 from plumbing.parsers import ascii_int, contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)
@@ -283,6 +284,7 @@ class IngressResult:
 
 
 def _error(status: int, code: str, detail: str) -> IngressResult:
+    metrics.count_refused(code)
     return IngressResult(status, {"error": code, "detail": detail})
 
 
@@ -356,6 +358,7 @@ def process(bot: Bot, body: bytes, headers) -> IngressResult:
             rejection.code,
             rejection.detail,
         )
+        metrics.count_refused(rejection.code)
         return IngressResult(
             rejection.status, {"error": rejection.code, "detail": rejection.detail}
         )
@@ -416,12 +419,14 @@ def callback(request, app_id: str):
         return AnswerResponse({"error": "method_not_allowed", "detail": "Use POST."}, status=405)
     bot = Bot.objects.for_callback(app_id)
     if bot is None:
+        metrics.count_refused("unknown_app")
         return AnswerResponse(
             {"error": "unknown_app", "detail": "No bot is configured with this app_id."}, status=404
         )
     try:
         body = request.body
     except RequestDataTooBig:
+        metrics.count_refused("too_large")
         return AnswerResponse(
             {"error": "too_large", "detail": "The body is too large."}, status=413
         )

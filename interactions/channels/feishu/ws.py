@@ -49,6 +49,7 @@ class CardloopWsClient(lark.ws.Client):
             if header.key == HEADER_TYPE and header.value == MessageType.CARD.value:
                 header.value = MessageType.EVENT.value
         dispatcher.reset_after_answer()
+        dispatcher.set_route("long_connection")  # this frame's task has a context of its own
         await super()._handle_data_frame(frame)
         after_answer = dispatcher.take_after_answer()
         if after_answer is not None:
