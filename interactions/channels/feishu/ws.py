@@ -27,6 +27,7 @@ import lark_oapi as lark
 import lark_oapi.ws.client as ws_client_module
 from lark_oapi.ws.const import HEADER_TYPE
 from lark_oapi.ws.enum import MessageType
+from lark_oapi.ws.exception import ClientException
 
 from interactions.callbacks import dispatcher
 from interactions.channels.feishu.ingress import CardloopEventDispatcher
@@ -75,12 +76,27 @@ def build_client(bot) -> CardloopWsClient:
     )
 
 
+class LongConnectionRefused(Exception):
+    """Feishu refused to open the long connection (wrong app secret, connection limit reached,
+    app not allowed): `code` and the endpoint's `msg`. Retrying cannot help, so it ends the
+    process."""
+
+    def __init__(self, code: int, msg: str):
+        super().__init__(f"{code}: {msg}")
+        self.code = code
+
+
 def run_forever(bot) -> None:
     """Connect and serve until the process is stopped (blocks; `lark.ws.Client.start()` has no
-    stop). Auth errors (bad secret, connection limit) are raised."""
+    stop). A dropped connection is reopened by lark-oapi (endpoint discovery again, then the
+    reconnect count, interval and jitter the endpoint's `ClientConfig` sets). Raises
+    `LongConnectionRefused` when the endpoint refuses the app (lark-oapi's `ClientException`)."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     ws_client_module.loop = loop
     client = build_client(bot)
     log.info("long connection for %s starting (%s)", bot.app_id, domain_for(bot))
-    client.start()
+    try:
+        client.start()
+    except ClientException as error:
+        raise LongConnectionRefused(error.code, error.args[0] if error.args else "") from None

@@ -30,4 +30,9 @@ class Command(BaseCommand):
         from interactions.channels.feishu import ws
 
         self.stdout.write(f"Connecting {app_id} to Feishu (long connection); Ctrl-C stops.")
-        ws.run_forever(bot)
+        try:
+            ws.run_forever(bot)
+        except ws.LongConnectionRefused as error:
+            raise CommandError(
+                f"Feishu refused the long connection for {app_id}: {error}"
+            ) from None
