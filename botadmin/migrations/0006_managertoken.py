@@ -52,7 +52,7 @@ def hash_drf_keys(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('botadmin', '0004_webhookdestination_to_feedback'),
+        ('botadmin', '0005_bot_card_language'),
         ("authtoken", "0004_alter_tokenproxy_options"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
