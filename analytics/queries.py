@@ -187,7 +187,8 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
     "previous": F, "delta": D, "verdicts": [per key, see `verdicts`]}` where F = `{delivered, feedback_shown, ratings,
     rated_deliveries, positive, progress, negative, coverage: rate, positive_rate: rate}` and D
     holds current − previous (counts; rate values, None when either side is None).
-    Two queries: one over deliveries, one over latest ratings, each covering both periods.
+    Four queries: one over deliveries, one over latest ratings, each covering both periods, and
+    two for the per-key `verdicts` of the range (counts, then the labels' snapshots).
     """
     prev_start, _prev_end = query.previous
     now = Q(created_at__gte=query.start)
