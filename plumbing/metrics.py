@@ -28,6 +28,8 @@ from pathlib import Path
 
 #: The environment variable prometheus-client reads.
 DIRECTORY_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Set beside a private directory: "<pid>:<path>" of the process that made it (and removes it).
+OWNER_ENV = "CARDLOOP_METRICS_DIR_OWNER"
 
 
 def _remove_private_directory(path: str, owner_pid: int) -> None:
@@ -45,6 +47,7 @@ def ensure_directory() -> Path:
         return Path(path)
     path = tempfile.mkdtemp(prefix="cardloop-metrics-")
     os.environ[DIRECTORY_ENV] = path
+    os.environ[OWNER_ENV] = f"{os.getpid()}:{path}"
     atexit.register(_remove_private_directory, path, os.getpid())
     return Path(path)
 
@@ -52,9 +55,16 @@ def ensure_directory() -> Path:
 def clear_directory() -> int:
     """Remove the metric files (`*.db`) of the multiprocess directory; returns how many. For a
     supervisor (`manage.py serve`) before it starts its processes and after they stopped;
-    never while processes of the installation write there."""
+    never while processes of the installation write there. A private directory inherited from
+    another process (a `serve` started by a test or a script without `PROMETHEUS_MULTIPROC_DIR`)
+    is left alone: that process's own live files are in it, and deleting them would hide its
+    counts from every later scrape."""
+    directory = ensure_directory()
+    owner_pid, _, private_path = os.environ.get(OWNER_ENV, "").partition(":")
+    if private_path == str(directory) and owner_pid != str(os.getpid()):
+        return 0
     removed = 0
-    for file in ensure_directory().glob("*.db"):
+    for file in directory.glob("*.db"):
         file.unlink(missing_ok=True)
         removed += 1
     return removed
@@ -71,7 +81,7 @@ from prometheus_client import (  # noqa: E402 - needs the directory set first
     multiprocess,
 )
 
-#: Feishu waits 3 s for a callback answer; the budget (2.5 s by default) answers before that.
+#: Feishu waits 3 s for a callback answer; the budget (2.0 s by default) answers before that.
 CALLBACK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0)
 WEBHOOK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

@@ -225,3 +225,28 @@ def test_a_click_past_the_budget_counts_as_over_budget_on_both_http_paths(
         le="0.5",
     )
     assert answered == 2
+
+
+def test_a_child_process_leaves_its_parents_private_metrics_directory_alone():
+    """A `serve` started by a process without `PROMETHEUS_MULTIPROC_DIR` inherits that
+    process's private directory; clearing it would delete the parent's live files."""
+    import os
+    import subprocess
+    import sys
+
+    from plumbing import metrics
+
+    if metrics.OWNER_ENV not in os.environ:
+        pytest.skip("PROMETHEUS_MULTIPROC_DIR was set from outside: no private directory")
+    metrics.count_refused("invalid_signature")
+    files = sorted(metrics.ensure_directory().glob("*.db"))
+    assert files
+    child = subprocess.run(
+        [sys.executable, "-c", "from plumbing import metrics; print(metrics.clear_directory())"],
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.strip() == "0"
+    assert all(file.exists() for file in files)
