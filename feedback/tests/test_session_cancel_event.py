@@ -101,6 +101,31 @@ def test_a_refused_press_emits_nothing(lark_callback, lark_stub, progress, panel
     assert not OutboxItem.objects.exists()
 
 
+@pytest.mark.postgres
+def test_two_concurrent_presses_emit_one_event(lark_stub, progress, panel, make_destination):
+    from interactions.asks import progress as progress_sessions
+
+    make_destination("https://a.example.com/hook", event_types=[TYPE])
+    barrier = threading.Barrier(2)
+    recorded = []
+
+    def press():
+        try:
+            barrier.wait(5)
+            recorded.append(progress_sessions.request_cancel(progress, operator_open_id=REQUESTER))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=press) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(recorded) == [False, True]
+    assert Event.objects.filter(type=TYPE).count() == 1
+    assert OutboxItem.objects.count() == 1
+
+
 def test_the_flag_and_the_event_commit_together(lark_stub, progress, panel, monkeypatch):
     """If the event cannot be written the request is not recorded either (one transaction)."""
     from interactions.asks import progress as progress_sessions
