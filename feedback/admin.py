@@ -57,8 +57,9 @@ class WebhookDestinationForm(forms.ModelForm):
         label=_("URL"),
         max_length=2000,
         help_text=_(
-            "https only; no user name, no #fragment, no private or loopback address. "
-            "Checked again, after DNS, before every attempt."
+            "https only; no user name, no #fragment, no private or loopback address, a fully "
+            "qualified host name (not a single-label name such as receiver). Checked again, "
+            "after DNS, before every attempt."
         ),
     )
     event_types = forms.MultipleChoiceField(
@@ -118,14 +119,16 @@ class WebhookDestinationForm(forms.ModelForm):
             self.initial.setdefault("event_types", list(FEED_TYPES[:2]))
 
     def clean_url(self):
-        url = self.cleaned_data["url"].strip()
-        try:
-            webhooks.check_registration_url(url)
-        except webhooks.DestinationRefused as exc:
-            raise forms.ValidationError(
-                gettext("This URL is refused: %(reason)s.") % {"reason": exc}
-            ) from None
-        return url
+        # Checked by destinations.validate_destination in _post_clean: the same rule and
+        # message as save_destination (webhooks.check_registration_url).
+        return self.cleaned_data["url"].strip()
+
+    def _get_validation_exclusions(self):
+        # The model field's URLValidator is not the registration rule (it refuses single-label
+        # hosts on its own terms while save_destination decides otherwise): skip it.
+        exclude = super()._get_validation_exclusions()
+        exclude.add("url")
+        return exclude
 
     def clean(self):
         cleaned = super().clean()
@@ -320,7 +323,8 @@ class WebhookDestinationAdmin(admin.ModelAdmin):
                     % {
                         "name": destination.name,
                         "event": item.event.event_id,
-                        "error": result.error or result.outcome,
+                        "error": (result.refusal.message() if result.refusal else result.error)
+                        or result.outcome,
                     },
                     messages.ERROR,
                 )

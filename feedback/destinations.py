@@ -10,12 +10,15 @@ secrets without dropping a request. Secret files of replaced secrets are deleted
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.functional import lazy
+from django.utils.translation import gettext
 from django.utils.translation import gettext as _
 
 from botadmin import audit
@@ -34,12 +37,21 @@ TIMEOUT_MAX_MS = 30_000
 
 class InvalidDestination(ValueError):
     """A destination value is not acceptable; `field` names the form field, `message` says
-    why (translated)."""
+    why (a lazy translation: rendered in the language active where it is shown); `refusal`
+    is the `webhooks.DestinationRefused` behind a refused URL (else None)."""
 
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
+    def __init__(self, field: str, message, *, refusal: webhooks.DestinationRefused | None = None):
+        super().__init__(field, message)
         self.field = field
         self.message = message
+        self.refusal = refusal
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def _url_refused_message(refusal: webhooks.DestinationRefused) -> str:
+    return gettext("This URL is refused: %(reason)s.") % {"reason": refusal.message()}
 
 
 @dataclass(frozen=True)
@@ -83,15 +95,17 @@ def snapshot(destination: WebhookDestination) -> dict[str, Any]:
 def validate_destination(destination: WebhookDestination) -> None:
     """Check the values a destination is saved with; raises InvalidDestination.
 
-    - url: https, no userinfo, no fragment, no literal private/loopback target and no
-      `localhost` name unless CARDLOOP_WEBHOOK_ALLOW_PRIVATE (`webhooks.check_registration_url`);
+    - url: the one registration rule, `webhooks.check_registration_url` (https, no userinfo,
+      no fragment; unless CARDLOOP_WEBHOOK_ALLOW_PRIVATE no literal private/loopback target,
+      no `localhost` name and no single-label name);
     - event_types: a non-empty subset of the feed types;
     - timeout_ms: 100–30000.
     """
     try:
         webhooks.check_registration_url(destination.url)
     except webhooks.DestinationRefused as exc:
-        raise InvalidDestination("url", str(exc)) from None
+        message = lazy(functools.partial(_url_refused_message, exc), str)()
+        raise InvalidDestination("url", message, refusal=exc) from None
     types = list(destination.event_types or [])
     if not types:
         raise InvalidDestination("event_types", _("Choose at least one event type."))

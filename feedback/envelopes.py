@@ -27,6 +27,7 @@ FEED_TYPES: tuple[str, ...] = (
     Event.Type.REVIEW_COMPLETED,
     Event.Type.ALERT_FIRED,
     Event.Type.ALERT_RESOLVED,
+    Event.Type.SESSION_CANCEL_REQUESTED,
 )
 
 

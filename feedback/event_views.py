@@ -1,8 +1,9 @@
 """API views of worker terminals and the event feed (parse, authorize, call, serialize).
 
 - `POST /api/v1/turns/terminal` (bot API key): `feedback.terminals.record_terminal`.
-- `GET /api/v1/events?after=<cursor>&types=a,b&limit=<n>` (bot API key → that bot's events;
-  staff session → all): `feedback.events.feed_page`.
+- `GET /api/v1/events?after=<cursor>&types=a,b&limit=<n>&wait=<0..60>` (bot API key → that
+  bot's events; staff session → all): `feedback.events.feed_page`; with `wait` a long-poll
+  (`interactions.lifecycle.longpoll.wait_until`) woken by every new event.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from asgiref.sync import sync_to_async
+from django.db import connection
 from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import (
@@ -26,7 +29,10 @@ from botadmin.auth import BotPrincipal, IsBot, IsBotOrStaff
 from feedback import events, terminals
 from feedback.envelopes import FEED_TYPES
 from feedback.models import WorkerTerminal
+from interactions.api.base import WAIT_SCHEMA, wait_seconds
+from interactions.lifecycle.longpoll import wait_until
 from plumbing.api import ApiError
+from plumbing.asyncapi import AsyncAPIView
 from plumbing.fields import JsonObjectField, StrictCharField
 
 #: Largest accepted `usage` object, serialized (bytes).
@@ -152,8 +158,28 @@ _TYPE_NAME = "(?:" + "|".join(re.escape(t) for t in FEED_TYPES) + ")"
 _TYPES_PATTERN = rf"^\s*(?:{_TYPE_NAME}\s*)?(?:,\s*(?:{_TYPE_NAME}\s*)?)*$"
 
 
-class EventFeedView(APIView):
-    """Durable event feed for subscribers without a webhook."""
+def _read_page(bot, after, types, limit) -> events.FeedPage:
+    """One feed read; closes the connection between the polls of a long-poll."""
+    try:
+        return events.feed_page(bot=bot, after=after, types=types, limit=limit)
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+async def wait_for_events(bot, wait: float, read) -> events.FeedPage:
+    """Long-poll the feed: `read()` until its page has events or `wait` seconds passed, woken
+    by every new event of `bot` (None: any bot) after its commit (`events.wake_feed_readers`)."""
+    return await wait_until(
+        events.feed_waiter_key(bot.pk if bot is not None else None),
+        wait,
+        read,
+        ready=lambda page: bool(page.bodies),
+    )
+
+
+class EventFeedView(AsyncAPIView):
+    """Durable event feed for subscribers without a webhook; optionally a long-poll."""
 
     permission_classes = [IsBotOrStaff]
 
@@ -177,6 +203,14 @@ class EventFeedView(APIView):
                 {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
                 description="Events per page: 1 to 1000, default 100.",
             ),
+            OpenApiParameter(
+                "wait",
+                WAIT_SCHEMA,
+                description=(
+                    "Seconds to hold the request while the page would be empty: 0 to 60 "
+                    "(default 0). A new event (of the requested types) answers at once."
+                ),
+            ),
         ],
         responses={
             200: inline_serializer(
@@ -195,16 +229,23 @@ class EventFeedView(APIView):
         description=(
             "Events in order after the cursor: each item is the stored envelope "
             '{"id","type","version":1,"time","data"}. A bot key sees its bot\'s events, '
-            "staff see all. Poll with the returned next cursor."
+            "staff see all. Poll with the returned next cursor; with wait>0 an empty page "
+            "is held until an event arrives or wait seconds passed (then the empty page is "
+            "returned with the same cursor: poll again)."
         ),
     )
-    def get(self, request):
+    async def get(self, request):
+        wait = wait_seconds(request)
         query = FeedQuerySerializer(data=request.query_params)
         if not query.is_valid():
             raise ApiError("invalid", query.errors, 400)
         params = query.validated_data
         bot = request.user.bot if isinstance(request.user, BotPrincipal) else None
-        page = events.feed_page(
-            bot=bot, after=params.get("after"), types=params.get("types"), limit=params["limit"]
-        )
+
+        def read() -> events.FeedPage:
+            return _read_page(bot, params.get("after"), params.get("types"), params["limit"])
+
+        page = await sync_to_async(read)()
+        if wait > 0 and not page.bodies:
+            page = await wait_for_events(bot, wait, read)
         return HttpResponse(page.to_json(), content_type="application/json")

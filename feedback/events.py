@@ -1,5 +1,6 @@
-"""Durable events (`turn.completed`, `feedback.revised`, `interaction.resolved`, and the
-analytics events `review.completed`, `alert.fired`, `alert.resolved`) and their feed.
+"""Durable events (`turn.completed`, `feedback.revised`, `interaction.resolved`,
+`session.cancel_requested`, and the analytics events `review.completed`, `alert.fired`,
+`alert.resolved`) and their feed.
 
 `emit()` is called inside the transaction that records the fact, so the fact, its event row and
 its outbox rows commit together or not at all. The envelope
@@ -12,7 +13,9 @@ Privacy: the comment text of a feedback revision (and a reviewer's note) is pass
 enters `Event.body` (so never the feed) and reaches only destinations with `include_comment`.
 The answer body is never part of any event.
 
-Feed (`GET /api/v1/events`): events in `seq` order behind an opaque cursor. `seq` is handed
+Feed (`GET /api/v1/events`): events in `seq` order behind an opaque cursor. Every new event
+wakes, after commit, the feed long-polls (`?wait=`) of its bot and of staff
+(`wake_feed_readers`, through `interactions.lifecycle.waiters`). `seq` is handed
 out after commit, under a lock, by `sequence_events()` (run by every feed read): whatever is
 committed and unsequenced gets the next positions, so positions follow commit order and a
 reader that moved past position N can never later find an event below N. Unrelated long
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from django.utils import timezone
 from feedback.envelopes import PRIVATE_FIELDS, envelope, rfc3339, serialize, stable_event_id
 from feedback.models import Event
 from feedback.outbox import fan_out
+from interactions.lifecycle import waiters
 
 
 class NotInTransaction(RuntimeError):
@@ -117,7 +122,23 @@ def emit(
                 raise
             return found, False
     fan_out(event, body, destination_ids=destination_ids, private=private)
+    transaction.on_commit(functools.partial(wake_feed_readers, event.bot_id))
     return event, True
+
+
+def feed_waiter_key(bot_id: int | None) -> str:
+    """The wake-up key (`interactions.lifecycle.waiters`) of feed long-polls reading the
+    events of bot `bot_id`, or of every bot (None: staff)."""
+    return "feed" if bot_id is None else f"feed.{bot_id}"
+
+
+def wake_feed_readers(bot_id: int | None) -> None:
+    """Wake the feed long-polls (`GET /api/v1/events?wait=`) that could see a new event of
+    bot `bot_id`: that bot's and staff's. Run after commit; best effort (a lost wake-up only
+    means the reader finds the event at its next poll)."""
+    waiters.notify_waiters(feed_waiter_key(None))
+    if bot_id is not None:
+        waiters.notify_waiters(feed_waiter_key(bot_id))
 
 
 # ---------------------------------------------------------------------------------------------

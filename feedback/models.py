@@ -507,6 +507,7 @@ class Event(models.Model):
         REVIEW_COMPLETED = "review.completed", "review.completed"
         ALERT_FIRED = "alert.fired", "alert.fired"
         ALERT_RESOLVED = "alert.resolved", "alert.resolved"
+        SESSION_CANCEL_REQUESTED = "session.cancel_requested", "session.cancel_requested"
         WEBHOOK_TEST = "webhook.test", "webhook.test"
 
     event_id = models.CharField(_("event id"), max_length=40, unique=True)
@@ -581,6 +582,7 @@ class WebhookDestination(models.Model):
         ("review.completed", "review.completed"),
         ("alert.fired", "alert.fired"),
         ("alert.resolved", "alert.resolved"),
+        ("session.cancel_requested", "session.cancel_requested"),
     ]
 
     name = models.CharField(_("name"), max_length=100, unique=True)

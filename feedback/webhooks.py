@@ -47,6 +47,7 @@ import certifi
 import httpx
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_noop
 
 from plumbing.parsers import ascii_int
 
@@ -84,16 +85,68 @@ class Outcome(enum.StrEnum):
 RETRYABLE_OUTCOMES = frozenset({Outcome.RETRYABLE_STATUS, Outcome.TIMEOUT, Outcome.NETWORK_ERROR})
 
 
+#: Why a URL or address is refused, by code: English templates with named placeholders (the
+#: msgids of their translations). `DestinationRefused` renders them in English for logs and
+#: attempt rows (`str(exc)`) and in the reader's language where they are shown (`message()`).
+REFUSALS: dict[str, str] = {
+    "not_a_url": gettext_noop("not a valid URL"),
+    "bad_port": gettext_noop("the port must be 1 to 65535"),
+    "not_https": gettext_noop("the URL must use https"),
+    "userinfo": gettext_noop("the URL must not contain a user"),
+    "fragment": gettext_noop("the URL must not have a fragment"),
+    "no_host": gettext_noop("the URL has no host"),
+    "single_label": gettext_noop(
+        "%(host)s is a single-label name (it would resolve through this server's own search "
+        "domains); use a fully qualified name"
+    ),
+    "localhost": gettext_noop("%(host)s is a loopback name"),
+    "no_address": gettext_noop("the host resolved to no address"),
+    "unparseable_address": gettext_noop("unparseable address %(address)s"),
+    "blocked_address": gettext_noop("%(address)s is %(kind)s"),
+}
+
+#: The `kind` of a `blocked_address` refusal, by `address_block_reason` code.
+ADDRESS_KINDS: dict[str, str] = {
+    "loopback": gettext_noop("a loopback address"),
+    "private": gettext_noop("a private address"),
+    "link_local": gettext_noop("a link-local address"),
+    "cgnat": gettext_noop("a shared (CGNAT) address"),
+    "multicast": gettext_noop("a multicast address"),
+    "reserved": gettext_noop("a reserved address"),
+    "documentation": gettext_noop("a documentation address"),
+    "benchmarking": gettext_noop("a benchmarking address"),
+    "unspecified": gettext_noop("the unspecified address"),
+    "unique_local": gettext_noop("a unique-local address"),
+}
+
+
 class DestinationRefused(Exception):
     """The URL or its addresses are not an acceptable webhook target.
 
-    `outcome` is Outcome.INVALID_DESTINATION (URL shape) or Outcome.BLOCKED (address class);
-    `str(exc)` says why without secrets.
+    `outcome` is Outcome.INVALID_DESTINATION (URL shape) or Outcome.BLOCKED (address class or
+    a name of the local network); `code` is a key of REFUSALS and `params` its placeholders
+    (`host`, `address`, `kind` — a key of ADDRESS_KINDS), never secrets. `str(exc)` is the
+    reason in English (logs, attempt rows); `message()` the same reason in the active
+    language, for the place that shows it (admin form, API answer).
     """
 
-    def __init__(self, outcome: Outcome, message: str):
-        super().__init__(message)
+    def __init__(self, outcome: Outcome, code: str, **params: str):
+        if code not in REFUSALS:
+            raise ValueError(f"unknown refusal code {code!r}")
         self.outcome = outcome
+        self.code = code
+        self.params = params
+        super().__init__(self._render(str))
+
+    def message(self) -> str:
+        """The reason in the active language (gettext; English when no catalogue matches)."""
+        return self._render(gettext)
+
+    def _render(self, translate) -> str:
+        params = dict(self.params)
+        if "kind" in params:
+            params["kind"] = translate(ADDRESS_KINDS[params["kind"]])
+        return translate(REFUSALS[self.code]) % params
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,16 +281,20 @@ def check_addresses(addresses: list[str]) -> list[IP]:
     """Parse and check resolved addresses; raises DestinationRefused(BLOCKED) when the list is
     empty, unparseable or ANY address is blocked (a mixed answer is refused as a whole)."""
     if not addresses:
-        raise DestinationRefused(Outcome.BLOCKED, "the host resolved to no address")
+        raise DestinationRefused(Outcome.BLOCKED, "no_address")
     checked: list[IP] = []
     for raw in addresses:
         try:
             ip = ipaddress.ip_address(raw)
         except ValueError:
-            raise DestinationRefused(Outcome.BLOCKED, f"unparseable address {raw!r}") from None
+            raise DestinationRefused(
+                Outcome.BLOCKED, "unparseable_address", address=repr(raw)
+            ) from None
         reason = address_block_reason(ip)
         if reason:
-            raise DestinationRefused(Outcome.BLOCKED, f"{ip} is {reason}")
+            raise DestinationRefused(
+                Outcome.BLOCKED, "blocked_address", address=str(ip), kind=reason
+            )
         checked.append(ip)
     return checked
 
@@ -251,26 +308,31 @@ def parse_url(url: str) -> httpx.URL:
         parsed = httpx.URL(url)
         host = parsed.host
     except (httpx.InvalidURL, TypeError, ValueError):  # IDNAError is a ValueError
-        raise DestinationRefused(Outcome.INVALID_DESTINATION, "not a valid URL") from None
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "not_a_url") from None
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        raise DestinationRefused(Outcome.INVALID_DESTINATION, "the port must be 1 to 65535")
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "bad_port")
     if parsed.scheme != "https":
-        raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL must use https")
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "not_https")
     if parsed.userinfo:
-        raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL must not contain a user")
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "userinfo")
     if parsed.fragment or "#" in url:
-        raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL must not have a fragment")
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "fragment")
     if not host:
-        raise DestinationRefused(Outcome.INVALID_DESTINATION, "the URL has no host")
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "no_host")
     return parsed
 
 
 def check_registration_url(url: str, *, allow_private: bool | None = None) -> None:
-    """Registration-time check of a destination URL (the admin form and the service).
+    """The one registration rule of a destination URL, used wherever a destination is saved
+    (`feedback.destinations.validate_destination`: the admin form and `save_destination`).
 
     Refuses what `parse_url` refuses and, unless `allow_private` (default: the
     `CARDLOOP_WEBHOOK_ALLOW_PRIVATE` setting), a literal address in a blocked class (also the
-    numeric forms `2130706433`, `0x7f.1`, `[::ffff:127.0.0.1]`) and `localhost` names.
+    numeric forms `2130706433`, `0x7f.1`, `[::ffff:127.0.0.1]`), `localhost` names and
+    single-label names (`https://receiver/`: a name without a dot is completed by the
+    resolver's search domains — it names a host of the server's own network, never a public
+    receiver; see the IAB statement "Dotless Domains Considered Harmful",
+    https://www.iab.org/documents/correspondence-reports-documents/2013-2/iab-statement-dotless-domains-considered-harmful/).
     Names are checked again, after resolution, on every attempt. Raises DestinationRefused.
     """
     parsed = parse_url(url)
@@ -283,9 +345,13 @@ def check_registration_url(url: str, *, allow_private: bool | None = None) -> No
     if ip is not None:
         reason = address_block_reason(ip)
         if reason:
-            raise DestinationRefused(Outcome.BLOCKED, f"{ip} is {reason}")
+            raise DestinationRefused(
+                Outcome.BLOCKED, "blocked_address", address=str(ip), kind=reason
+            )
     elif host == "localhost" or host.endswith(".localhost"):
-        raise DestinationRefused(Outcome.BLOCKED, "localhost is loopback")
+        raise DestinationRefused(Outcome.BLOCKED, "localhost", host=host)
+    elif "." not in host:
+        raise DestinationRefused(Outcome.BLOCKED, "single_label", host=host)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,7 +467,8 @@ class WebhookRequest:
 class AttemptResult:
     """What happened: `outcome`, HTTP `status_code` (None without a response), a short
     `error` (no secrets), the first 16 KiB of the response (`response_excerpt`, text),
-    `retry_after_s` (parsed Retry-After) and timing."""
+    `retry_after_s` (parsed Retry-After), timing, and for a refused target the
+    `DestinationRefused` (`refusal`, to show its reason in the reader's language)."""
 
     outcome: Outcome
     status_code: int | None = None
@@ -410,6 +477,7 @@ class AttemptResult:
     retry_after_s: float | None = None
     started_at: datetime = field(default_factory=timezone.now)
     duration_ms: int = 0
+    refusal: DestinationRefused | None = None
 
 
 def classify_status(status: int) -> Outcome:
@@ -534,7 +602,7 @@ class WebhookSender:
         try:
             result = self._attempt(request, deadline=t0 + request.timeout_s)
         except DestinationRefused as exc:
-            result = AttemptResult(exc.outcome, error=f"{exc.outcome}: {exc}")
+            result = AttemptResult(exc.outcome, error=f"{exc.outcome}: {exc}", refusal=exc)
         except (TimeoutError, httpx.TimeoutException):
             result = AttemptResult(
                 Outcome.TIMEOUT, error=f"no answer within {request.timeout_s:g} s"
@@ -572,7 +640,7 @@ class WebhookSender:
         if settings.CARDLOOP_WEBHOOK_ALLOW_PRIVATE:
             checked = [ipaddress.ip_address(a) for a in addresses]
             if not checked:
-                raise DestinationRefused(Outcome.BLOCKED, "the host resolved to no address")
+                raise DestinationRefused(Outcome.BLOCKED, "no_address")
         else:
             checked = check_addresses(addresses)
         timestamp = int(time.time())

@@ -685,8 +685,9 @@ class ProgressSession(models.Model):
     - `status`: running | completed | failed | cancelled (terminal) | recovering (the agent
       runtime restarted: pending asks were invalidated, the card shows the recovery text).
     - `tool_lines`: the latest tool lines shown (strings, newest last, ≤ 20).
-    - `cancel_requested_at/_by`: the requester pressed "Cancel task" (the backend reads it in
-      every progress answer; Cardloop does not stop anything itself).
+    - `cancel_requested_at/_by`: the requester pressed "Cancel task" (set once, with the
+      `session.cancel_requested` event; the backend also reads it in every progress answer;
+      Cardloop does not stop anything itself).
     - `sending_since`: a first send is in progress (another PUT meanwhile only updates state).
     """
 

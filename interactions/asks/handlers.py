@@ -87,7 +87,8 @@ def on_progress_action(action):
 
     - `cancel`: only the requester; records the request once (`request_cancel`), answers a
       success toast and the card with "cancellation requested" instead of the button.
-      Cardloop stops nothing: the backend reads `cancel_requested` from its progress calls.
+      Cardloop stops nothing: the backend learns of it from the `session.cancel_requested`
+      event and from `cancel_requested` in its progress calls.
     - `details`: a toast with the session's status and how many questions are open.
     """
     session = _card_of(action)

@@ -4,7 +4,9 @@ send of their card, and the requester's "Cancel task".
     result = update_progress(bot, "sess_1", status="running", title="…", receive_id="oc_…")
     session = session_for_message(bot, "om_…"); request_cancel(session, operator_open_id="ou_…")
 
-Every later change queues the card rendered at apply time (`interactions.asks.card`). A
+"Cancel task" also emits `session.cancel_requested` (through `interactions.events`, in the
+transaction that records it). Every later change queues the card rendered at apply time
+(`interactions.asks.card`). A
 `recovering` or terminal status invalidates the session's pending asks
 (`interactions.asks.service.invalidate_session_asks`).
 """
@@ -12,15 +14,19 @@ Every later change queues the card rendered at apply time (`interactions.asks.ca
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
+from botadmin.services import effective_policy_for
+from interactions import events
 from interactions.asks.card import RENDERER, refresh_card, render_session
 from interactions.asks.service import AskRefused, invalidate_session_asks
 from interactions.cardqueue import service as cards
@@ -199,14 +205,63 @@ def session_for_message(bot: Bot, open_message_id: str) -> ProgressSession | Non
 
 
 def request_cancel(session: ProgressSession, *, operator_open_id: str) -> bool:
-    """Record that the requester pressed "Cancel task" (once; later presses change nothing)
-    and re-render the card (the button is replaced by "cancellation requested"). Cardloop
-    stops nothing itself: the backend sees `cancel_requested` in every progress answer and
-    ends the session with a `cancelled` progress update. Returns True when recorded now."""
+    """Record that the requester pressed "Cancel task" (once; later presses change nothing),
+    re-render the card (the button is replaced by "cancellation requested") and emit
+    `session.cancel_requested` (`cancel_requested_event_data`; webhooks through the outbox,
+    the feed, and a wake-up of waiting feed long-polls after commit) — all in one transaction,
+    so the flag and its event commit together, and only the press that set the flag emits.
+
+    Cardloop stops nothing itself: the backend learns of the request from the event or from
+    `cancel_requested` in every progress answer, and ends the session with a `cancelled`
+    progress update. Returns True when recorded now. Raises `interactions.events.NoEventSink`
+    when no event sink is registered (then nothing is recorded)."""
+    now = timezone.now()
     with transaction.atomic():
         updated = ProgressSession.objects.filter(
             pk=session.pk, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=timezone.now(), cancel_requested_by=operator_open_id)
+        ).update(cancel_requested_at=now, cancel_requested_by=operator_open_id)
         if updated:
+            current = ProgressSession.objects.select_related("bot", "card").get(pk=session.pk)
+            events.emit(
+                CANCEL_REQUESTED,
+                cancel_requested_event_id(current),
+                cancel_requested_event_data(current),
+                bot=current.bot,
+                team=effective_policy_for(current.bot, current.chat_id).team,
+                time=now,
+            )
             refresh_card(session)
     return bool(updated)
+
+
+#: Event type of a requester's "Cancel task".
+CANCEL_REQUESTED = "session.cancel_requested"
+
+
+def cancel_requested_event_id(session: ProgressSession) -> str:
+    """`evt_` + 32 hex of sha256(["session.cancel_requested", <session row id>]): one event
+    per progress session (the request is recorded once)."""
+    digest = hashlib.sha256(
+        json.dumps([CANCEL_REQUESTED, session.pk], separators=(",", ":")).encode()
+    ).hexdigest()
+    return f"evt_{digest[:32]}"
+
+
+def cancel_requested_event_data(session: ProgressSession) -> dict[str, Any]:
+    """`data` of `session.cancel_requested` (pure): always `session_id`, `bot_app_id`,
+    `operator_open_id` (the requester who pressed it), `requested_at` (RFC 3339 UTC,
+    milliseconds); when known `chat_id`, `card_id`, `platform_message_id`."""
+    at = session.cancel_requested_at.astimezone(UTC)
+    data = {
+        "session_id": session.session_id,
+        "bot_app_id": session.bot.app_id,
+        "operator_open_id": session.cancel_requested_by,
+        "requested_at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }
+    card = session.card
+    known = {
+        "chat_id": session.chat_id,
+        "card_id": card.card_id if card else "",
+        "platform_message_id": card.open_message_id if card else "",
+    }
+    return data | {k: v for k, v in known.items() if v}

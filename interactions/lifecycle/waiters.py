@@ -1,4 +1,5 @@
-"""Long-polls waiting for an interaction's final state, and waking them.
+"""Long-polls waiting for an interaction's final state (key: its public_id) or for new feed
+events (keys `feed.<bot pk>` / `feed`, `feedback.events.feed_waiter_key`), and waking them.
 
 A waiter in this process registers an `asyncio.Event` (`add_local_waiter`); waiters in other
 processes listen on the channel-layer group `GROUP_PREFIX + public_id` (Redis). `resolve()`
