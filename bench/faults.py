@@ -391,7 +391,7 @@ class Click:
     status: int | None = None
     toast: str = ""  # success / info / warning / error / "" (no toast)
     error: str = ""
-    retry_status: int | None = None
+    retry_answer: str = ""  # "<status> <toast>" or the error of the resend
 
     @property
     def acknowledged(self) -> bool:
@@ -658,8 +658,8 @@ def run_scenario(ctx, name: str, t: Timing) -> dict:
 
         async def resend():
             results = await asyncio.gather(*(send_raw(ctx.port, c.raw) for c in not_recorded))
-            for c, (status, _toast, _err) in zip(not_recorded, results, strict=True):
-                c.retry_status = status
+            for c, (status, toast, error) in zip(not_recorded, results, strict=True):
+                c.retry_answer = f"{status} {toast}".strip() if status else (error or "none")
 
         asyncio.run(resend())
         revs2, hooks, left = settle(min(t.settle, 30))
@@ -713,6 +713,7 @@ def run_scenario(ctx, name: str, t: Timing) -> dict:
         ),
         "api_statuses": dict(collections.Counter(str(p[2] or "none") for p in prober.api)),
         "click_answers": dict(answers),
+        "retry_answers": dict(collections.Counter(c.retry_answer for c in not_recorded)),
         "answered_click_p50_ms": _ms(percentile([c.took for c in sent if c.status], 50)),
         "answered_click_max_ms": _ms(max((c.took for c in sent if c.status), default=None)),
         "card_updates_left": left,
@@ -801,7 +802,9 @@ def main() -> None:
 
     from tests.lark_stub import FeishuStub
 
-    stub = FeishuStub().start()
+    # ids past every earlier run's: a PostgreSQL bench database keeps its deliveries, and a
+    # message id may belong to one delivery only
+    stub = FeishuStub(first_id=time.time_ns() // 1000).start()
     env = {
         "DJANGO_SETTINGS_MODULE": "cardloop.settings",
         "DJANGO_DEBUG": "false",
