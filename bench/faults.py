@@ -136,6 +136,7 @@ class Timing:
 
 
 def timing(name: str, quick: bool, settle: float) -> Timing:
+    """The phases of scenario `name` (seconds); `quick` for the smoke run."""
     if quick:
         fault = {"pg_cut": 4, "redis_restart": 2, "sqlite_lock": 4}.get(name, 0)
         return Timing(before=2, fault=fault, after=6, settle=min(settle, 20))
@@ -403,6 +404,8 @@ class Click:
 
 
 def click_request(port: int, delivery, operator: str) -> bytes:
+    """The whole HTTP request of `operator`'s "conclusive / usable" click on `delivery`:
+    encrypted and signed like Feishu's `card.action.trigger`, with a fresh event id."""
     from interactions.lark.signing import seal
 
     payload = {
@@ -559,7 +562,7 @@ class Faults:
             self.locker.wait()
 
 
-def available(name: str, vendor: str, redis) -> str | None:
+def available(name: str, vendor: str, redis: OwnRedis | None) -> str | None:
     """Why scenario `name` cannot run here, or None."""
     if name == "pg_cut" and vendor != "postgresql":
         return "needs PostgreSQL"
@@ -574,6 +577,10 @@ def available(name: str, vendor: str, redis) -> str | None:
 
 
 def run_scenario(ctx, name: str, t: Timing) -> dict:
+    """Seed, load, inject fault `name`, settle, resend the unrecorded clicks, count.
+
+    Returns the scenario's figures (the keys `row()` reads, and more for `--json`). Exits the
+    script when `serve` does not answer `/healthz` within 180 s before the load starts."""
     from django.db import close_old_connections
 
     from feedback.models import Event, Revision
@@ -732,6 +739,7 @@ def _fmt(value) -> str:
 
 
 def row(r: dict) -> str:
+    """One markdown table row (the columns of `COLUMNS`) of a `run_scenario` result."""
     cells = [
         r["scenario"],
         r["database"],
@@ -755,7 +763,8 @@ def row(r: dict) -> str:
 
 
 class Context:
-    pass
+    """What the scenarios share: the server, the proxy, the Redis, the receiver's counts, the
+    seeding and warm-up functions (attributes set in `main`)."""
 
 
 def main() -> None:
