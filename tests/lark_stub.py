@@ -80,7 +80,10 @@ class _Failure:
 class FeishuStub:
     """The stub server. Thread-safe; start with `start()`, stop with `stop()`."""
 
-    def __init__(self, *, app_secrets: dict[str, str] | None = None):
+    def __init__(self, *, app_secrets: dict[str, str] | None = None, first_id: int = 1):
+        """`app_secrets`: app_id → secret the token call must match (None: any secret).
+        `first_id`: where the card / message id counter starts (a bench that keeps its
+        database between runs starts it past the ids earlier stubs handed out)."""
         self.app_secrets = app_secrets
         self.calls: list[Call] = []
         self.cards: dict[str, StubCard] = {}
@@ -89,7 +92,7 @@ class FeishuStub:
         self.token_requests = 0
         self._uuids: dict[tuple[str, str], str] = {}
         self._failures: list[_Failure] = []
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
