@@ -231,20 +231,22 @@ def send_to_chat(ia: Interaction) -> Interaction:
 
 
 #: An interaction still pending without a card this long after it was created lost its
-#: first send (the creating process died): a retry of its request_id sends it.
+#: first send (the creating process died): a retry of its request_id sends it. The one
+#: stale-send rule of every card (`cards.SEND_STALE`, `cards.send_is_stale`).
 SEND_STALE = cards.SEND_STALE
 
 
 def send_was_interrupted(ia: Interaction, now: datetime | None = None) -> bool:
     """Whether `ia` is a pending interaction whose first card send never finished (see
     SEND_STALE), so that a retry of its request should send it. Resending keeps the message
-    `uuid` (the interaction id), so Feishu answers with the first message if it went out."""
+    `uuid` (the interaction id) and `cards.send_card` sends the card entity it recorded
+    before the first message, so Feishu answers with the first message if it went out."""
     now = now or timezone.now()
     return (
         channels.capabilities(ia.channel).buttons
         and not ia.card_id
         and ia.status == S.PENDING
-        and ia.created_at < now - SEND_STALE
+        and cards.send_is_stale(ia.created_at, now)
     )
 
 
