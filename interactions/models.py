@@ -248,7 +248,7 @@ class CardEntity(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.card_id or self.open_message_id
+        return self.card_id or self.open_message_id or f"send {self.send_uuid}"
 
 
 class CardUpdateQuerySet(models.QuerySet):

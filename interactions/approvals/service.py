@@ -222,9 +222,9 @@ def send_to_chat(ia: Interaction) -> Interaction:
         raise SendFailed(
             outcome.interaction, code=exc.code, msg=exc.msg, log_id=exc.log_id
         ) from None
-    except ValueError:  # register_card: the message is registered to another entity
-        # a concurrent resend of the same uuid got there first (Feishu answered both with
-        # one message): the interaction is shown; return what that send recorded
+    except ValueError:  # send_card: the message is recorded for another card entity
+        # (a card registered before sends were recorded by uuid): the interaction is shown;
+        # return what that send recorded
         log.warning("interaction %s: the card was already recorded by another send", ia.pk)
         return Interaction.objects.select_related("card").get(pk=ia.pk)
     return attach_card(ia, entity)

@@ -1,6 +1,8 @@
 """Cards Cardloop sends and keeps up to date: send, register, and enqueue updates.
 
     entity = send_card(bot, card, receive_id="oc_…", uuid=delivery_id, purpose="feedback")
+    # recorded (CardEntity.send_uuid) before the message is sent; a retry with the same uuid
+    # sends the recorded entity again and Feishu answers with the first message
     enqueue_elements(entity, {"fb_status": {...}, "fb_buttons": {...}})   # CardKit, merged
     enqueue_card(entity, whole_card, version=state_version)              # owned cards
     register_renderer("progress", fn)          # fn(CardEntity) -> card dict | None
@@ -125,9 +127,10 @@ def send_card(
     random one when None): (1) the `CardEntity` row is written with `send_uuid=uuid`; (2) the
     CardKit entity is created and its `card_id` recorded on that row; (3) the message is sent
     with Feishu's `uuid`; (4) its `open_message_id` is recorded. Feishu sends one message per
-    `uuid` within an hour and answers a repeat with the first message ("uuid" of
-    https://open.feishu.cn/document/server-docs/im-v1/message/create). So a call repeating
-    a `uuid` — a retry after the process died at any step — resumes from the row: an answered
+    `uuid` within an hour and answers a repeat with the first message (request body `uuid`,
+    https://open.feishu.cn/document/uAjLw4CM/ukTMukTMukTM/reference/im-v1/message/create).
+    So a call repeating a `uuid` — a retry after the process died at any step — resumes from
+    the row: an answered
     send returns the row without any request; otherwise the recorded entity is sent again
     (never a second entity), and the chat shows one card, the one recorded. A repeat more than
     an hour after a first send that went out unrecorded can show a second message (Feishu no

@@ -157,3 +157,47 @@ def test_send_is_stale_is_the_one_rule_and_counts_from_when_the_send_began():
     assert deliveries.STALE_SEND is cards.SEND_STALE
     assert approvals.SEND_STALE is cards.SEND_STALE
     assert not hasattr(progress, "SENDING_STALE")
+
+
+def test_two_racing_sends_of_one_uuid_record_one_card_and_show_it_once(
+    lark_stub, lark_bot, monkeypatch
+):
+    """Both calls pass the record step before either has created its CardKit entity (the
+    barrier): one entity is recorded, both send that one with the same uuid, one message."""
+    import threading
+
+    from django.db import connections
+
+    from interactions.lark import client
+
+    real = client.LarkGateway.create_card
+    barrier = threading.Barrier(2, timeout=10)
+
+    def create_together(self, card):
+        barrier.wait()
+        return real(self, card)
+
+    monkeypatch.setattr(client.LarkGateway, "create_card", create_together)
+    results, errors = [], []
+
+    def send():
+        try:
+            results.append(
+                cards.send_card(lark_bot, feedback_card(), receive_id=CHAT, uuid="u-race")
+            )
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    recorded = CardEntity.objects.get()
+    assert {r.pk for r in results} == {recorded.pk}
+    (message_id,) = lark_stub.messages
+    assert recorded.open_message_id == message_id
+    assert lark_stub.messages[message_id]["card_id"] == recorded.card_id
