@@ -184,7 +184,9 @@ def _recorded_send(bot, uuid: str, *, card_id: str, purpose: str) -> CardEntity:
         if found is not None:
             return found
         adopted = CardEntity.objects.for_card_id(bot, card_id).first() if card_id else None
-        if adopted is not None and not adopted.send_uuid:
+        if adopted is not None:
+            if adopted.send_uuid:  # a CardKit entity is sent by one message only
+                raise ValueError("this card entity was recorded for another send")
             adopted.send_uuid = uuid
             adopted.save(update_fields=["send_uuid", "updated_at"])
             return adopted
