@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -191,10 +192,26 @@ def save_bot(actor: Any, bot: Bot) -> Bot:
     return _save_plain(actor, bot, _BOT_FIELDS, "bot")
 
 
+#: Functions called with the saved `Chat` inside `save_chat`'s transaction (apps above botadmin
+#: register them from `AppConfig.ready()`: feedback links deliveries sent to that chat_id).
+_chat_saved_hooks: list[Callable[[Chat], Any]] = []
+
+
+def register_chat_saved(fn: Callable[[Chat], Any]) -> None:
+    """Call `fn(chat)` after every `save_chat`, in its transaction (an exception rolls the
+    save back with it). Registering the same function twice registers it once."""
+    if fn not in _chat_saved_hooks:
+        _chat_saved_hooks.append(fn)
+
+
 @transaction.atomic
 def save_chat(actor: Any, chat: Chat) -> Chat:
-    """Create or update a chat's chat_id, name and type."""
-    return _save_plain(actor, chat, _CHAT_FIELDS, "chat")
+    """Create or update a chat's chat_id, name and type, then run the chat-saved hooks
+    (`register_chat_saved`) in the same transaction."""
+    saved = _save_plain(actor, chat, _CHAT_FIELDS, "chat")
+    for hook in _chat_saved_hooks:
+        hook(saved)
+    return saved
 
 
 @transaction.atomic
@@ -587,6 +604,7 @@ __all__ = [
     "issue_manager_token",
     "key_prefix",
     "manager_token_prefix",
+    "register_chat_saved",
     "remove_team_member",
     "revoke_api_key",
     "revoke_desktop_token",

@@ -7,8 +7,9 @@ class FeedbackConfig(AppConfig):
 
     Registers its card-action handlers (`feedback`, `feedback_detail` →
     `feedback.revisions`) in `interactions.callbacks.registry`, its event sink in
-    `interactions.events` and its feedback-area renderer with the Feishu channel from
-    `ready()`, so `interactions` never imports `feedback`.
+    `interactions.events`, its feedback-area renderer with the Feishu channel and its
+    chat-saved hook (`deliveries.link_chat`) in `botadmin.services` from `ready()`, so
+    neither `interactions` nor `botadmin` imports `feedback`.
     """
 
     name = "feedback"
@@ -33,3 +34,10 @@ class FeedbackConfig(AppConfig):
             return events.emit(type_, event_id, data, bot=bot, team=team, time=time)
 
         interaction_events.register_sink(sink)
+
+        # A chat saved later links the deliveries sent to its chat_id before it existed, in
+        # the chat's own transaction (botadmin sits below feedback and never imports it).
+        from botadmin import services as botadmin_services
+        from feedback import deliveries
+
+        botadmin_services.register_chat_saved(deliveries.link_chat)

@@ -82,7 +82,8 @@ METADATA_FIELDS: tuple[str, ...] = (
 )
 REASON_NOT_FINAL = "not_final"
 
-#: A delivery still `pending` this long after its last send began was interrupted.
+#: A delivery still `pending` this long after its last send began was interrupted: the one
+#: stale-send rule of every card (`cards.SEND_STALE`, `cards.send_is_stale`).
 STALE_SEND = cards.SEND_STALE
 ERROR_SEND_INTERRUPTED = "send_interrupted"
 
@@ -327,6 +328,7 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
                 delivery_id=delivery_id,
                 bot=bot,
                 chat=chat,
+                sent_chat_id=request.chat_id,
                 team=team,
                 session_id=request.session_id,
                 turn_id=request.turn_id,
@@ -369,9 +371,11 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
         claimed = rows.filter(status=Delivery.Status.SEND_FAILED).update(
             status=Delivery.Status.PENDING, error_code="", updated_at=now
         )
-    elif existing.status == Delivery.Status.PENDING and existing.updated_at < now - STALE_SEND:
+    elif existing.status == Delivery.Status.PENDING and cards.send_is_stale(
+        existing.updated_at, now
+    ):
         claimed = rows.filter(
-            status=Delivery.Status.PENDING, updated_at__lt=now - STALE_SEND
+            status=Delivery.Status.PENDING, updated_at__lt=cards.send_stale_before(now)
         ).update(updated_at=now)
         if claimed:
             log.warning(
@@ -481,13 +485,21 @@ def _record_card_id(delivery: Delivery, card_id: str) -> None:
     delivery.card_id = card_id
 
 
+def link_chat(chat: Chat) -> int:
+    """Link the deliveries sent to `chat.chat_id` before Cardloop had a row for that chat
+    (`Delivery.chat` empty, `sent_chat_id` the chat's id) to `chat`; returns how many. Runs in
+    the transaction of `botadmin.services.save_chat`, as its chat-saved hook (registered from
+    `FeedbackConfig.ready()`; botadmin never imports feedback)."""
+    return Delivery.objects.waiting_for_chat(chat.chat_id).update(chat=chat)
+
+
 def fail_interrupted_sends(now=None) -> int:
     """Mark deliveries still `pending` `STALE_SEND` after their send began as `send_failed`
     with `error_code` `send_interrupted` (the process sending them died), so analytics counts
     them and the backend's next retry sends them again. Returns how many. Run periodically
     by `manage.py outbox_worker`."""
     now = now or timezone.now()
-    count = Delivery.objects.interrupted_sends(now - STALE_SEND).update(
+    count = Delivery.objects.interrupted_sends(cards.send_stale_before(now)).update(
         status=Delivery.Status.SEND_FAILED, error_code=ERROR_SEND_INTERRUPTED, updated_at=now
     )
     if count:

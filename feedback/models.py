@@ -53,6 +53,12 @@ class DeliveryQuerySet(models.QuerySet):
         """Still `pending` though their send (or last resend) began before `began_before`."""
         return self.filter(status=Delivery.Status.PENDING, updated_at__lt=began_before)
 
+    def waiting_for_chat(self, chat_id: str):
+        """Deliveries sent to `chat_id` while Cardloop had no `Chat` row for it (`chat` empty);
+        `sent_chat_id <> ''` and `chat IS NULL` are the `delivery_unlinked_chat` index's
+        condition, so only those few rows are read."""
+        return self.filter(sent_chat_id=chat_id, chat__isnull=True).exclude(sent_chat_id="")
+
     def for_platform_message(self, bot: Bot, open_message_id: str):
         """The delivery shown in message `open_message_id` of `bot` (0 or 1 row; none for "").
         `platform_message_id <> ''` is the partial unique index's condition, without which
@@ -141,6 +147,15 @@ class Delivery(models.Model):
         null=True,
         blank=True,
         verbose_name=_("chat"),
+    )
+    sent_chat_id = models.CharField(
+        _("sent to chat_id"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_(
+            "The chat the card was sent to; `chat` is linked once a chat with this id exists."
+        ),
     )
     team = models.ForeignKey(
         Team,
@@ -281,6 +296,12 @@ class Delivery(models.Model):
             # not a scan of every delivery
             models.Index(
                 fields=["updated_at"], condition=Q(status="pending"), name="delivery_pending"
+            ),
+            # `waiting_for_chat`, when a chat is saved: only deliveries still without a chat
+            models.Index(
+                fields=["sent_chat_id"],
+                condition=Q(chat__isnull=True) & ~Q(sent_chat_id=""),
+                name="delivery_unlinked_chat",
             ),
         ]
 

@@ -20,8 +20,10 @@ serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
    of the same click on the same card state (a second event_id, a concurrent double click)
    finds the stored revision and answers exactly as the first one did; racing clicks
    queue on the delivery's row lock, so the later one finds the first one's revision;
-5. stale-click guard: `rev` must be the delivery's current revision id ("" before any): a
-   click made on an older card state gets a toast and a repaint, no write;
+5. stale-click guard: a verdict click's `rev` must be the delivery's current revision id
+   ("" before any), a detail form's `rev` the operator's own latest revision id (so another
+   person's click on an `everyone` card does not make an open form stale): a click made on
+   an older card state gets a toast and a repaint, no write;
 6. an unchanged choice writes nothing; with `allow_reselect` off an operator's first choice
    is final (toast, repaint);
 7. otherwise: a new `Revision` (n+1 of this operator's chain, `supersedes` the previous one),
@@ -209,6 +211,16 @@ def _current_rev(delivery: Delivery) -> str:
     return delivery.current_revision.revision_id if delivery.current_revision_id else ""
 
 
+def _expected_rev(kind: str, delivery: Delivery, previous: Revision | None) -> str:
+    """The `rev` a click of `kind` must carry not to be stale (rule 5): a verdict button, the
+    delivery's current revision (the state the whole card shows); the negative detail form,
+    the operator's own latest revision (the verdict it adds details to), so on an `everyone`
+    card another person's click does not make an open form stale ("" before any)."""
+    if kind == "feedback_detail":
+        return previous.revision_id if previous is not None else ""
+    return _current_rev(delivery)
+
+
 def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
@@ -339,7 +351,7 @@ def _guard(
     known, previous = _known_and_latest(delivery, operator_open_id, key)
     if known is not None:
         return Outcome(DUPLICATE, _recorded_message(snapshot, known), known)
-    if rev != _current_rev(delivery):
+    if rev != _expected_rev(kind, delivery, previous):
         repaint(delivery)
         return Outcome(
             STALE, _("This card was out of date; it has been refreshed. Please choose again.")

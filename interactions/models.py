@@ -142,6 +142,11 @@ class CardEntityQuerySet(models.QuerySet):
         """The card shown in message `open_message_id` of `bot` (0 or 1 row; none for "")."""
         return self.filter(bot=bot, open_message_id=open_message_id).exclude(open_message_id="")
 
+    def for_send(self, bot: Bot, send_uuid: str):
+        """The card recorded for the send with message `uuid` `send_uuid` of `bot` (0 or 1
+        row; none for "")."""
+        return self.filter(bot=bot, send_uuid=send_uuid).exclude(send_uuid="")
+
     def for_card_id(self, bot: Bot, card_id: str):
         """The CardKit card entity `card_id` of `bot` (0 or 1 row; none for "")."""
         return self.filter(bot=bot, card_id=card_id).exclude(card_id="")
@@ -184,6 +189,11 @@ class CardEntity(models.Model):
     - `state_version`: the highest desired-state version enqueued by a caller that passes
       `version=` (an older version is dropped, so a late update never brings back an old state).
     - `next_send_at`: pacing; Feishu allows 5 updates per second per message.
+    - `send_uuid`: the message `uuid` of the send that shows this card (unique per bot; empty
+      for a card the bot backend sent itself). The row is written with it *before* the message
+      is sent (`interactions.cardqueue.service.send_card`), so a send interrupted after Feishu
+      accepted the message is retried with the same entity and `uuid` and Feishu answers with
+      the first message; `open_message_id` stays empty until the send's answer was recorded.
     """
 
     bot = models.ForeignKey(
@@ -191,6 +201,13 @@ class CardEntity(models.Model):
     )
     card_id = models.CharField(_("card_id"), max_length=64, blank=True, default="")
     open_message_id = models.CharField(_("open_message_id"), max_length=64, blank=True, default="")
+    send_uuid = models.CharField(
+        _("send uuid"),
+        max_length=50,
+        blank=True,
+        default="",
+        help_text=_("Feishu's idempotency key of the message that shows this card."),
+    )
     purpose = models.CharField(
         _("purpose"),
         max_length=32,
@@ -219,14 +236,19 @@ class CardEntity(models.Model):
                 condition=~Q(open_message_id=""),
                 name="card_entity_message",
             ),
+            models.UniqueConstraint(
+                fields=["bot", "send_uuid"],
+                condition=~Q(send_uuid=""),
+                name="card_entity_send_uuid",
+            ),
             models.CheckConstraint(
-                condition=~Q(card_id="") | ~Q(open_message_id=""),
+                condition=~Q(card_id="") | ~Q(open_message_id="") | ~Q(send_uuid=""),
                 name="card_entity_has_an_id",
             ),
         ]
 
     def __str__(self) -> str:
-        return self.card_id or self.open_message_id
+        return self.card_id or self.open_message_id or f"send {self.send_uuid}"
 
 
 class CardUpdateQuerySet(models.QuerySet):

@@ -24,7 +24,7 @@ from django.db import connections
 
 from feedback import cards as feedback_cards
 from feedback.models import Delivery, Event, LatestFeedback, Revision
-from feedback.tests.conftest import drain_card_updates
+from feedback.tests.conftest import FULL_POLICY, drain_card_updates
 from interactions.lark.signing import seal
 from interactions.models import CardUpdate, InboundEvent
 from tests import feishu
@@ -354,6 +354,31 @@ def test_details_need_a_negative_choice_and_the_current_rev(delivery, click):
     _, answer = click.detail(delivery, "fb_old", {"fb_reason": "incomplete"})
     assert answer["toast"]["i18n"]["zh_cn"] == "卡片已过期并已刷新，请重新选择"
     assert Revision.objects.count() == 2
+
+
+def test_on_an_everyone_card_another_persons_click_leaves_an_open_detail_form_usable(
+    feedback_api, click
+):
+    """ou_a opens the negative form; ou_b rates meanwhile: ou_a's form still submits (the
+    form belongs to ou_a's own latest revision), while ou_a's own older form state is stale."""
+    feedback_api.bot.policy = {**FULL_POLICY, "audience": "everyone"}
+    feedback_api.bot.save()
+    delivery = Delivery.objects.get(delivery_id=feedback_api.deliver().json()["delivery_id"])
+    click(delivery, "incorrect", operator="ou_a")
+    form_rev = current_rev(delivery)  # the rev ou_a's open form carries
+    _, answer = click(delivery, "conclusive_usable", rev=form_rev, operator="ou_b")
+    assert answer["toast"]["type"] == "success"
+    assert current_rev(delivery) != form_rev
+
+    _, answer = click.detail(delivery, form_rev, {"fb_reason": "incomplete"}, operator="ou_a")
+    assert answer["toast"]["type"] == "success"
+    detailed = Revision.objects.get(operator_open_id="ou_a", revision=2)
+    assert (detailed.reason_key, detailed.semantic) == ("incomplete", "negative")
+
+    # ou_a's form made before their own latest revision is still stale
+    _, answer = click.detail(delivery, form_rev, {"fb_reason": "wrong_facts"}, operator="ou_a")
+    assert answer["toast"]["i18n"]["zh_cn"] == "卡片已过期并已刷新，请重新选择"
+    assert Revision.objects.filter(operator_open_id="ou_a").count() == 2
 
 
 def test_unchanged_details_write_nothing(delivery, click):

@@ -70,7 +70,7 @@ def test_a_crash_after_feishu_took_the_message_is_resent_as_the_same_message_and
     feedback_api, monkeypatch
 ):
     bot, stub = feedback_api.bot, feedback_api.stub
-    _crash_in(monkeypatch, cards, "register_card")  # after the message went out
+    _crash_in(monkeypatch, cards, "_record_message")  # after the message went out
     with pytest.raises(KeyboardInterrupt):
         deliveries.deliver(bot, _request())
     delivery = Delivery.objects.get()
@@ -111,7 +111,7 @@ def test_a_crash_before_the_message_reuses_the_entity_and_sends_it_once(feedback
 
 
 @pytest.mark.parametrize(
-    "dies_in", ["register_card", "_mark_sent"], ids=["before-record", "after-register"]
+    "dies_in", ["_record_message", "_mark_sent"], ids=["before-record", "after-register"]
 )
 def test_an_edited_card_in_the_resend_keeps_the_first_entity_that_feishu_shows(
     feedback_api, monkeypatch, dies_in
@@ -121,7 +121,7 @@ def test_an_edited_card_in_the_resend_keeps_the_first_entity_that_feishu_shows(
     once the first entity was registered a new one could not be registered to that message
     at all (every later retry failed with card_conflict)."""
     bot, stub = feedback_api.bot, feedback_api.stub
-    _crash_in(monkeypatch, cards if dies_in == "register_card" else deliveries, dies_in)
+    _crash_in(monkeypatch, cards if dies_in == "_record_message" else deliveries, dies_in)
     with pytest.raises(KeyboardInterrupt):
         deliveries.deliver(bot, _request())
     first = Delivery.objects.get()

@@ -134,3 +134,40 @@ def test_destinations_and_the_rows_that_point_at_them_survive_the_move_to_feedba
     # the destination's audit history reads under the label new entries get
     entry = AuditEntry.objects.get(action="webhook_destination.created")
     assert entry.target_type == "feedback.webhookdestination" == moved._meta.label_lower
+
+
+def test_deliveries_keep_the_chat_they_were_sent_to_and_are_linked_to_an_existing_chat():
+    """`0007_delivery_chat_link` fills `sent_chat_id` from each delivery's frozen snapshot and
+    links a delivery made before its chat had a row to the chat that has one now."""
+    from feedback.models import Delivery
+
+    old = _migrate([("feedback", "0005_review_alert_events_content_ref")])
+    try:
+        bot = old.get_model("botadmin", "Bot").objects.create(app_id="cli_link", name="Link")
+        Chat = old.get_model("botadmin", "Chat")
+        OldDelivery = old.get_model("feedback", "Delivery")
+        known = Chat.objects.create(chat_id="oc_known")
+        Chat.objects.create(chat_id="oc_later")
+        rows = {
+            "del_linked": ("oc_known", known),
+            "del_unlinked": ("oc_later", None),
+            "del_nowhere": ("oc_nowhere", None),
+        }
+        for delivery_id, (chat_id, chat) in rows.items():
+            OldDelivery.objects.create(
+                delivery_id=delivery_id, bot=bot, chat=chat, policy_snapshot={"chat_id": chat_id}
+            )
+        OldDelivery.objects.create(delivery_id="del_no_snapshot", bot=bot, policy_snapshot=None)
+    finally:
+        _migrate()
+
+    found = {
+        d.delivery_id: (d.sent_chat_id, d.chat.chat_id if d.chat else None)
+        for d in Delivery.objects.select_related("chat")
+    }
+    assert found == {
+        "del_linked": ("oc_known", "oc_known"),
+        "del_unlinked": ("oc_later", "oc_later"),
+        "del_nowhere": ("oc_nowhere", None),
+        "del_no_snapshot": ("", None),
+    }

@@ -222,29 +222,31 @@ def send_to_chat(ia: Interaction) -> Interaction:
         raise SendFailed(
             outcome.interaction, code=exc.code, msg=exc.msg, log_id=exc.log_id
         ) from None
-    except ValueError:  # register_card: the message is registered to another entity
-        # a concurrent resend of the same uuid got there first (Feishu answered both with
-        # one message): the interaction is shown; return what that send recorded
+    except ValueError:  # send_card: the message is recorded for another card entity
+        # (a card registered before sends were recorded by uuid): the interaction is shown;
+        # return what that send recorded
         log.warning("interaction %s: the card was already recorded by another send", ia.pk)
         return Interaction.objects.select_related("card").get(pk=ia.pk)
     return attach_card(ia, entity)
 
 
 #: An interaction still pending without a card this long after it was created lost its
-#: first send (the creating process died): a retry of its request_id sends it.
+#: first send (the creating process died): a retry of its request_id sends it. The one
+#: stale-send rule of every card (`cards.SEND_STALE`, `cards.send_is_stale`).
 SEND_STALE = cards.SEND_STALE
 
 
 def send_was_interrupted(ia: Interaction, now: datetime | None = None) -> bool:
     """Whether `ia` is a pending interaction whose first card send never finished (see
     SEND_STALE), so that a retry of its request should send it. Resending keeps the message
-    `uuid` (the interaction id), so Feishu answers with the first message if it went out."""
+    `uuid` (the interaction id) and `cards.send_card` sends the card entity it recorded
+    before the first message, so Feishu answers with the first message if it went out."""
     now = now or timezone.now()
     return (
         channels.capabilities(ia.channel).buttons
         and not ia.card_id
         and ia.status == S.PENDING
-        and ia.created_at < now - SEND_STALE
+        and cards.send_is_stale(ia.created_at, now)
     )
 
 

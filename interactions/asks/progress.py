@@ -5,8 +5,13 @@ send of their card, and the requester's "Cancel task".
     session = session_for_message(bot, "om_…"); request_cancel(session, operator_open_id="ou_…")
 
 "Cancel task" also emits `session.cancel_requested` (through `interactions.events`, in the
-transaction that records it). Every later change queues the card rendered at apply time
-(`interactions.asks.card`). A
+transaction that records it).
+
+The first send goes through `cards.send_card` with the session's own message `uuid`
+(`send_uuid`): the card entity is recorded before the message is sent, so a PUT after a first
+send that died (older than `cards.SEND_STALE`, the one stale-send rule) sends that recorded
+entity again and Feishu answers with the first message — one card, whichever step died.
+Every later change queues the card rendered at apply time (`interactions.asks.card`). A
 `recovering` or terminal status invalidates the session's pending asks
 (`interactions.asks.service.invalidate_session_asks`).
 """
@@ -17,7 +22,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -33,9 +38,6 @@ from interactions.cardqueue import service as cards
 from interactions.models import Ask, CardEntity, ProgressSession
 
 log = logging.getLogger(__name__)
-
-#: A first send older than this is presumed crashed; the next PUT sends again.
-SENDING_STALE = timedelta(seconds=30)
 
 PS = ProgressSession.Status
 
@@ -140,8 +142,9 @@ def update_progress(
         if details_url is not None:
             session.details_url = details_url
         session.state_version += 1
+        # a first send that began and is not stale may still be running: only state changes
         need_send = session.card_id is None and (
-            session.sending_since is None or now - session.sending_since > SENDING_STALE
+            session.sending_since is None or cards.send_is_stale(session.sending_since, now)
         )
         if need_send:
             session.sending_since = now

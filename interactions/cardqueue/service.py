@@ -1,6 +1,8 @@
 """Cards Cardloop sends and keeps up to date: send, register, and enqueue updates.
 
     entity = send_card(bot, card, receive_id="oc_…", uuid=delivery_id, purpose="feedback")
+    # recorded (CardEntity.send_uuid) before the message is sent; a retry with the same uuid
+    # sends the recorded entity again and Feishu answers with the first message
     enqueue_elements(entity, {"fb_status": {...}, "fb_buttons": {...}})   # CardKit, merged
     enqueue_card(entity, whole_card, version=state_version)              # owned cards
     register_renderer("progress", fn)          # fn(CardEntity) -> card dict | None
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -78,10 +80,29 @@ def release_holds(hold: Hold) -> int:
     return CardUpdate.objects.release_hold(hold.token)
 
 
-#: A send still unfinished this long after it began was interrupted (its process died): one
-#: send is at most three Open API calls of `interactions.lark.client.TIMEOUT` (10 s) each, so a
-#: retry may then send again (deliveries, interactions) with the same message `uuid`.
+#: One stale-send rule for every card Cardloop sends (deliveries, progress cards, interactions):
+#: a send still unfinished this long after it began was interrupted (its process died), and a
+#: retry may send again. One send is at most three Open API calls (token, CardKit create,
+#: message create) of `interactions.lark.client.TIMEOUT` (10 s) each, so a live send is never
+#: taken for a dead one; the retry is safe anyway, since it sends the card recorded before the
+#: first message with the same `uuid` (`send_card`). docs/DEVELOPING.md, "Sending cards".
 SEND_STALE = timedelta(minutes=2)
+
+
+def send_stale_before(now: datetime | None = None) -> datetime:
+    """The instant before which a send that began is stale (`now` − SEND_STALE), for queries
+    that select interrupted sends (`send_is_stale` is the same rule for one row)."""
+    return (now or timezone.now()) - SEND_STALE
+
+
+def send_is_stale(started_at: datetime | None, now: datetime | None = None) -> bool:
+    """Whether a send that began at `started_at` (aware datetime; None: no send began) was
+    interrupted by the one stale-send rule (`SEND_STALE`), so that a retry should send again."""
+    return started_at is not None and started_at < send_stale_before(now)
+
+
+#: Feishu keeps a message `uuid` for dedupe up to 50 characters.
+UUID_MAX = 50
 
 
 def send_card(
@@ -96,44 +117,106 @@ def send_card(
     card_id: str = "",
     on_created: Callable[[str], None] | None = None,
 ) -> CardEntity:
-    """Send Card JSON 2.0 `card` to `receive_id` and record the card for later updates.
+    """Record, then send, Card JSON 2.0 `card` to `receive_id`; the one way Cardloop sends a
+    card (deliveries, progress cards, interactions, alerts). Returns the `CardEntity`.
 
-    With `entity` (default) the card is created as a CardKit card entity and the message
-    references it (element updates possible); otherwise the raw card is sent (whole-card
-    PATCH updates only). `uuid` makes a retried send return the first message (Feishu, 1 h).
-    Network I/O happens outside any transaction; call it outside yours.
+    With `entity` (default) the card is a CardKit card entity the message references (element
+    updates possible); otherwise the raw card is sent (whole-card PATCH updates only).
 
-    Resending after an interrupted send: `on_created(card_id)` is called once the entity
-    exists and before the message is sent, so the caller can record it; a resend then passes
-    that `card_id` and the entity is reused instead of created again. With the same `uuid`,
-    Feishu answers a message it already has with that message, which shows that entity —
-    so the recorded card is the one on screen, whichever step the first attempt died in.
-    With `card_id`, `card` is not sent again (the entity already holds it) and may be None.
+    Record then send, keyed by `uuid` (the message's idempotency key, ≤ 50 characters; a
+    random one when None): (1) the `CardEntity` row is written with `send_uuid=uuid`; (2) the
+    CardKit entity is created and its `card_id` recorded on that row; (3) the message is sent
+    with Feishu's `uuid`; (4) its `open_message_id` is recorded. Feishu sends one message per
+    `uuid` within an hour and answers a repeat with the first message (request body `uuid`,
+    https://open.feishu.cn/document/uAjLw4CM/ukTMukTMukTM/reference/im-v1/message/create).
+    So a call repeating a `uuid` — a retry after the process died at any step — resumes from
+    the row: an answered
+    send returns the row without any request; otherwise the recorded entity is sent again
+    (never a second entity), and the chat shows one card, the one recorded. A repeat more than
+    an hour after a first send that went out unrecorded can show a second message (Feishu no
+    longer dedupes); callers retry interrupted sends after `SEND_STALE`, well within it.
 
-    Raises `InvalidCard` (nothing sent) and `interactions.lark.client.LarkApiError`.
+    `card_id`: a CardKit entity an earlier attempt created and the caller recorded itself
+    (deliveries keep it); it is adopted when no row holds the `uuid` yet. `on_created(card_id)`
+    is called once the entity is recorded and before the message is sent. With a recorded
+    entity, `card` is not sent again (the entity holds it) and may be None.
+
+    Network I/O happens outside any transaction; call it outside yours. Raises `InvalidCard`
+    (nothing sent), `ValueError` (a `uuid` too long, or a message already recorded for
+    another card) and `interactions.lark.client.LarkApiError`.
     """
     # imported here: lark-oapi takes seconds to import, and every process imports the queue
     from interactions.lark.client import gateway_for
 
-    reuse = entity and bool(card_id)
-    problems = [] if reuse else validate_card(card)  # a reused entity already holds its card
+    uuid = uuid or f"cl_{uuidlib.uuid4().hex}"
+    if len(uuid) > UUID_MAX:
+        raise ValueError(f"a message uuid has at most {UUID_MAX} characters")
+    earlier = CardEntity.objects.for_send(bot, uuid).first()
+    if earlier is not None and earlier.open_message_id:
+        return earlier  # sent and recorded by an earlier call
+    holds_card = entity and bool(card_id or (earlier is not None and earlier.card_id))
+    problems = [] if holds_card else validate_card(card)  # a recorded entity holds its card
     if problems:
         raise InvalidCard(problems)
-    gateway = gateway_for(bot)
-    if entity and not card_id:
-        card_id = gateway.create_card(card)
-        if on_created is not None:
-            on_created(card_id)
-    open_message_id = gateway.send_card(
+    recorded = earlier or _recorded_send(
+        bot, uuid, card_id=card_id if entity else "", purpose=purpose
+    )
+    if entity and not recorded.card_id:
+        recorded = _record_card_id(recorded, gateway_for(bot).create_card(card))
+    if entity and on_created is not None:
+        on_created(recorded.card_id)
+    open_message_id = gateway_for(bot).send_card(
         receive_id=receive_id,
         receive_id_type=receive_id_type,
-        card_id=card_id if entity else None,
+        card_id=recorded.card_id if entity else None,
         card=None if entity else card,
         uuid=uuid,
     )
-    return register_card(
-        bot, card_id=card_id if entity else "", open_message_id=open_message_id, purpose=purpose
-    )
+    return _record_message(recorded, open_message_id)
+
+
+def _recorded_send(bot, uuid: str, *, card_id: str, purpose: str) -> CardEntity:
+    """The row of the send `uuid` of `bot`: the one recorded by an earlier call, else a new one
+    (adopting `card_id`, an entity the caller recorded elsewhere). Committed before it returns,
+    so the record exists before anything is sent."""
+    with transaction.atomic():
+        found = CardEntity.objects.for_send(bot, uuid).first()
+        if found is not None:
+            return found
+        adopted = CardEntity.objects.for_card_id(bot, card_id).first() if card_id else None
+        if adopted is not None:
+            if adopted.send_uuid:  # a CardKit entity is sent by one message only
+                raise ValueError("this card entity was recorded for another send")
+            adopted.send_uuid = uuid
+            adopted.save(update_fields=["send_uuid", "updated_at"])
+            return adopted
+        try:
+            with transaction.atomic():
+                return CardEntity.objects.create(
+                    bot=bot, send_uuid=uuid, card_id=card_id, purpose=purpose
+                )
+        except IntegrityError:  # a concurrent send of the same uuid recorded it first
+            pass
+    return CardEntity.objects.for_send(bot, uuid).get()
+
+
+def _record_card_id(recorded: CardEntity, card_id: str) -> CardEntity:
+    """Record the CardKit entity just created for send `recorded` unless a concurrent call of
+    the same `uuid` recorded one first (then that one is sent: both calls send one entity, and
+    the other new entity is never shown). Returns the row as it now is."""
+    CardEntity.objects.filter(pk=recorded.pk, card_id="").update(card_id=card_id)
+    return CardEntity.objects.get(pk=recorded.pk)
+
+
+def _record_message(recorded: CardEntity, open_message_id: str) -> CardEntity:
+    """Record the message Feishu answered for send `recorded`. Raises ValueError when another
+    card is already recorded for that message."""
+    try:
+        with transaction.atomic():
+            CardEntity.objects.filter(pk=recorded.pk).update(open_message_id=open_message_id)
+    except IntegrityError:
+        raise ValueError("this message is registered to another card") from None
+    return CardEntity.objects.get(pk=recorded.pk)
 
 
 def register_card(
