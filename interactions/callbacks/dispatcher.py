@@ -395,7 +395,9 @@ def _verified_action(bot, payload):
             bot.app_id,
             action.kind[:64],
         )
-        return action, _toast("warning", _("This button is not supported. Please refresh the card."))
+        return action, _toast(
+            "warning", _("This button is not supported. Please refresh the card.")
+        )
     return action, None
 
 
@@ -486,9 +488,7 @@ def _as_answer(action, result) -> dict[str, Any]:
     if isinstance(result, dict):
         return result
     log.error("card action %r: handler returned %s, not an Answer", action, type(result).__name__)
-    return _toast(
-        "error", _("Something went wrong while handling your click. Please try again.")
-    )
+    return _toast("error", _("Something went wrong while handling your click. Please try again."))
 
 
 def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:

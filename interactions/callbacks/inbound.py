@@ -137,9 +137,7 @@ class LeaseKeeper:
         with self._lock:
             self._held[pk] = self._held.get(pk, 0) + 1
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="click-lease", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name="click-lease", daemon=True)
                 self._thread.start()
 
     def drop(self, pk: int) -> None:

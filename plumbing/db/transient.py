@@ -63,7 +63,9 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(err, sqlite3.OperationalError):
             message = str(err).lower()
             return any(fragment in message for fragment in SQLITE_TRANSIENT_MESSAGES)
-        if psycopg is not None and isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
+        if psycopg is not None and isinstance(
+            err, psycopg.OperationalError | psycopg.InterfaceError
+        ):
             return True  # no SQLSTATE: the client lost or never had the connection
         if isinstance(err, db_utils.InterfaceError):
             return True  # a closed connection used again

@@ -135,9 +135,7 @@ def _answer(scope, body: bytes, app_id: str) -> HttpResponseBase:
             log.warning(
                 "lark callback of %r: database unavailable (%s)", app_id[:64], type(exc).__name__
             )
-            response = ingress.AnswerResponse(
-                database_unavailable_body(), status=503
-            )
+            response = ingress.AnswerResponse(database_unavailable_body(), status=503)
             response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         else:
             log.exception("lark callback of %r failed outside the dispatcher", app_id[:64])
