@@ -1,9 +1,10 @@
 """The callback budget's contract bound, in a real server: Feishu waits 3 s for a card
 callback's answer, and that time includes its own network path to Cardloop and back. With the
 database locked longer than Feishu waits, a click on a real Daphne process must still be
-answered by the budget (here the "try again in a moment" toast: its claim cannot be written) before `3 s − NETWORK_MARGIN_S` measured at the
-client, so the default `CARDLOOP_CALLBACK_BUDGET` leaves Feishu's network its share (see
-docs/CONTRACT.md, "3 seconds"). This is a bound of the contract, not a speed goal: the default
+answered by the budget (here the "try again in a moment" toast: its claim cannot be written)
+before `3 s − NETWORK_MARGIN_S` measured at the client, so the default
+`CARDLOOP_CALLBACK_BUDGET` leaves Feishu's network its share (see docs/CONTRACT.md,
+"3 seconds"). This is a bound of the contract, not a speed goal: the default
 budget sits `NETWORK_MARGIN_S` below it again, room for a loaded machine's scheduling."""
 
 from __future__ import annotations

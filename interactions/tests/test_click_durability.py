@@ -63,7 +63,11 @@ def _delivery(bot, turn: str) -> Delivery:
 
 
 def _sealed_click(delivery: Delivery, event_id: str) -> tuple[bytes, dict[str, str]]:
-    body = feishu.payload(
+    return seal(_click_body(delivery, event_id), encrypt_key=feishu.ENCRYPT_KEY)
+
+
+def _click_body(delivery: Delivery, event_id: str) -> dict:
+    return feishu.payload(
         "card_action_feedback_click",
         {
             "header.event_id": event_id,
@@ -76,7 +80,6 @@ def _sealed_click(delivery: Delivery, event_id: str) -> tuple[bytes, dict[str, s
         },
         fresh_event_id=False,
     )
-    return seal(body, encrypt_key=feishu.ENCRYPT_KEY)
 
 
 def _post(url: str, sealed: tuple[bytes, dict[str, str]]) -> httpx.Response:
@@ -390,6 +393,25 @@ def test_the_recovery_runs_an_expired_claim_from_its_stored_action_and_clears_it
     assert row.answer["toast"]["type"] == "success"
     assert row.action is None
     assert recovery.recover_expired_claims() == 0
+
+
+def test_a_click_whose_write_committed_but_whose_answer_was_lost_is_not_recorded_twice(
+    lark_bot, settings
+):
+    settings.CARDLOOP_LARK_DRY_RUN = True
+    delivery = _delivery(lark_bot, "t-committed")
+    action = registry.CardAction.from_payload(lark_bot, _click_body(delivery, "evt_committed"))
+    row, _outcome = inbound.claim_card_action(lark_bot, action.event_id, action.to_stored())
+    # the handler's transaction committed; then the process died before the answer was stored
+    registry.handler_for("feedback")(action)
+    assert Revision.objects.filter(delivery=delivery).count() == 1
+    InboundEvent.objects.filter(pk=row.pk).update(lease_until=row.received_at)
+
+    assert recovery.recover_expired_claims() == 1
+    row.refresh_from_db()
+    assert row.status == InboundEvent.Status.ANSWERED
+    assert row.answer["toast"]["type"] != "error"
+    assert Revision.objects.filter(delivery=delivery).count() == 1
 
 
 def _locked_error() -> sqlite3.OperationalError:
