@@ -9,9 +9,10 @@
    the long connection's event loop does ORM work (Django's ORM must not run on an event loop's
    thread); the HTTP ingress's ASGI route runs the whole request in a `POOL` thread
    (`run_in_worker`);
-2. dedupe: `interactions.callbacks.inbound.claim_event` on `header.event_id`; a repeat gets the
-   first answer's toast or an info toast, and no handler runs again (a repeated event never has a
-   second side effect);
+2. dedupe: `interactions.callbacks.inbound.claim_card_action` (events: `claim_event`) on
+   `header.event_id`; a repeat gets the first answer's toast or an info toast, and no handler
+   runs again while the first delivery's claim is alive (a repeated event never has a second
+   side effect; a claim whose run died is taken over, point 7);
 3. a payload with a NUL character or a lone surrogate anywhere is refused (warning toast,
    nothing written: PostgreSQL text cannot hold a NUL, UTF-8 no lone surrogate); the callback
    value (`action.value`, object or JSON

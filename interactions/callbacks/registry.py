@@ -22,7 +22,10 @@ Events (everything that is not a card action, e.g. `im.message.receive_v1`): eve
 registered for the `event_type` is called with a `LarkEvent`; Feishu always gets its JSON ack.
 
 Both paths are deduplicated on `header.event_id` before any handler runs: a repeated event
-gets the first delivery's answer and never runs a handler twice.
+gets the first delivery's answer. A card action whose first run died (process killed,
+database gone) is run again from its stored action until its answer is recorded, so a card
+handler must find out from the database whether the click is already recorded (see
+docs/DEVELOPING.md, "Durability").
 """
 
 from __future__ import annotations
