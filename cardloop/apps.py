@@ -5,7 +5,8 @@ from django.utils.translation import gettext_lazy as _
 class CardloopConfig(AppConfig):
     """The project package as an app: it holds no models, only the `serve` command, the
     deployment system checks (`cardloop.E001` …) and the demo's metrics-token line
-    (`seed_demo`), registered here."""
+    (`seed_demo`), registered here, and the database pool's reconnect delay
+    (`plumbing.db.pool`)."""
 
     name = "cardloop"
     verbose_name = _("Cardloop service")
@@ -14,5 +15,7 @@ class CardloopConfig(AppConfig):
         from botadmin.demo import register_seeder
         from cardloop import checks  # noqa: F401  (registers the system checks)
         from cardloop.demo import print_metrics_token
+        from plumbing.db.pool import keep_reconnects_frequent
 
+        keep_reconnects_frequent()  # the first request after a database outage succeeds fast
         register_seeder("metrics", print_metrics_token)

@@ -11,6 +11,7 @@ in-memory channel layer, so a fresh clone runs with nothing else installed. At s
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import environ
@@ -143,7 +144,21 @@ else:
             "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=2),
             "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=16),
             "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+            # While the database is gone the pool keeps trying to reconnect (for up to
+            # reconnect_timeout seconds, then it shrinks and grows again on demand); its
+            # retry delay is held short by `plumbing.db.pool.keep_reconnects_frequent`, so the
+            # first request after the database returns gets a connection within about a second.
+            "reconnect_timeout": env.float("DATABASE_POOL_RECONNECT_TIMEOUT", default=300.0),
         }
+    # libpq's own connect timeout (whole seconds, at least 2): a connection attempt to a host
+    # that does not answer gives up instead of hanging (the pool retries).
+    _db.setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", max(2, math.ceil(env.float("DATABASE_CONNECT_TIMEOUT", default=0.8)))
+    )
+#: Seconds `/readyz` gives a fresh database connection (PostgreSQL: connect + `SELECT 1`;
+#: SQLite: taking the write lock) before it reports the database down. It never waits in the
+#: pool's line (`DATABASE_POOL_TIMEOUT`), so a probe sees an outage within a second.
+DATABASE_CONNECT_TIMEOUT = env.float("DATABASE_CONNECT_TIMEOUT", default=0.8)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -309,6 +324,10 @@ CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.0)
 #: them holds the write lock (at 32 concurrent clicks 2 beat 4 in each of four interleaved
 #: runs, by 4-44 %; bench/README.md); PostgreSQL: 4.
 CARDLOOP_CALLBACK_THREADS = env.int("CARDLOOP_CALLBACK_THREADS", default=2 if IS_SQLITE else 4)
+#: Seconds a claimed click's lease lasts (`InboundEvent.lease_until`): the process running its
+#: handler renews it every third of that while the handler runs; a claim whose lease ran out
+#: (its process died) is taken over by an identical retry or by the recovery in `card_worker`.
+CARDLOOP_CLICK_LEASE = env.float("CARDLOOP_CLICK_LEASE", default=15.0)
 #: Default expiry of approvals / quick replies (seconds).
 CARDLOOP_INTERACTION_TIMEOUT = env.int("CARDLOOP_INTERACTION_TIMEOUT", default=300)
 #: Default timeout of ask_user_questions (seconds).

@@ -15,10 +15,11 @@ why.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import connection, models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -33,9 +34,29 @@ class InboundEventQuerySet(models.QuerySet):
         """Rows received before `when` (what the retention sweep deletes)."""
         return self.filter(received_at__lt=when)
 
-    def claim(self, bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool]:
+    def expired_claims(self, now):
+        """Card-action claims still `processing` whose lease ran out before `now` and whose
+        verified action is stored (what the recovery re-runs), oldest first."""
+        return self.filter(
+            status=InboundEvent.Status.PROCESSING,
+            lease_until__lt=now,
+            action__isnull=False,
+        ).order_by("lease_until")
+
+    def claim(
+        self,
+        bot,
+        event_id: str,
+        event_type: str,
+        *,
+        action: dict[str, Any] | None = None,
+        lease_seconds: float | None = None,
+    ) -> tuple[InboundEvent, bool]:
         """Insert the `processing` row of (`bot`, `event_id`) unless one exists; returns
-        `(row, created)`, `created` False when another delivery claimed it first.
+        `(row, created)`, `created` False when another delivery claimed it first. `action`:
+        the verified action its handler needs (JSON-safe dict, or None); `lease_seconds`: how
+        long the claim is held before another delivery or the recovery may take it over (None:
+        no lease, never taken over — ordinary events).
 
         Hand-written, one statement, `INSERT … ON CONFLICT (bot_id, event_id) DO NOTHING
         RETURNING id` (PostgreSQL; SQLite ≥ 3.35): the unique constraint
@@ -46,11 +67,14 @@ class InboundEventQuerySet(models.QuerySet):
         of taking the handler thread from 24 to 14 statements a click (bench/README.md,
         "Dedupe claim in one statement")."""
         now = timezone.now()
+        lease_until = now + timedelta(seconds=lease_seconds) if lease_seconds else None
+        action_field = InboundEvent._meta.get_field("action")
         with connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {quoted_table(InboundEvent)} "  # noqa: S608 - our table name
-                "(bot_id, event_id, event_type, status, answer, received_at, finished_at) "
-                "VALUES (%s, %s, %s, %s, NULL, %s, NULL) "
+                "(bot_id, event_id, event_type, status, answer, received_at, finished_at, "
+                "action, lease_until, attempts) "
+                "VALUES (%s, %s, %s, %s, NULL, %s, NULL, %s, %s, 1) "
                 "ON CONFLICT (bot_id, event_id) DO NOTHING RETURNING id",
                 [
                     bot.pk,
@@ -58,6 +82,8 @@ class InboundEventQuerySet(models.QuerySet):
                     event_type,
                     InboundEvent.Status.PROCESSING,
                     connection.ops.adapt_datetimefield_value(now),
+                    action_field.get_db_prep_save(action, connection),
+                    connection.ops.adapt_datetimefield_value(lease_until),
                 ],
             )
             inserted = cursor.fetchone()
@@ -70,30 +96,74 @@ class InboundEventQuerySet(models.QuerySet):
             event_type=event_type,
             status=InboundEvent.Status.PROCESSING,
             received_at=now,
+            action=action,
+            lease_until=lease_until,
+            attempts=1,
         )
         row._state.adding = False
         row._state.db = connection.alias
         return row, True
 
-    def mark_answered(self, pk: int, toast: dict[str, Any] | None) -> None:
-        """Mark row `pk` answered, keeping only `toast` (the answer's toast, or None).
+    def take_over(self, pk: int, lease_seconds: float) -> InboundEvent | None:
+        """Take over the claim `pk` when it is still `processing` and its lease ran out (or it
+        has none: a claim written before leases existed): a new lease of `lease_seconds`,
+        `attempts` + 1. Returns the row (with its stored `action`) when this caller took it,
+        None when it is answered or another process holds a live lease.
 
-        Hand-written: the same statement as `.filter(pk=pk).update(status=…, answer=…,
-        finished_at=…)`. Every callback runs it once, and building the UPDATE with the ORM
-        cost more CPU than running it (bench/README.md, "Hand-written SQL for the statements
-        every click makes": 6.6–7.1 → 4.6–5.3 ms of CPU a click with its siblings)."""
+        One conditional UPDATE (autocommit, like `claim`): among processes racing for the same
+        expired claim exactly one UPDATE matches, the others see the new lease."""
+        now = timezone.now()
+        taken = self.filter(
+            Q(lease_until__isnull=True) | Q(lease_until__lt=now),
+            pk=pk,
+            status=InboundEvent.Status.PROCESSING,
+        ).update(lease_until=now + timedelta(seconds=lease_seconds), attempts=F("attempts") + 1)
+        if not taken:
+            return None
+        return self.select_related("bot").get(pk=pk)
+
+    def renew(self, pks: list[int], lease_seconds: float) -> int:
+        """Extend the leases of the `processing` claims `pks` (a handler is still running them
+        in this process) to now + `lease_seconds`. Returns how many rows."""
+        if not pks:
+            return 0
+        return self.filter(pk__in=pks, status=InboundEvent.Status.PROCESSING).update(
+            lease_until=timezone.now() + timedelta(seconds=lease_seconds)
+        )
+
+    def let_go(self, pk: int) -> int:
+        """End the lease of the `processing` claim `pk` now (its handler gave up on a transient
+        error), so the next retry or recovery pass may take it over at once."""
+        return self.filter(pk=pk, status=InboundEvent.Status.PROCESSING).update(
+            lease_until=timezone.now()
+        )
+
+    def mark_answered(self, pk: int, toast: dict[str, Any] | None) -> bool:
+        """Mark row `pk` answered, keeping only `toast` (the answer's toast, or None); its
+        stored action (comment text included) and lease are cleared. Returns False when the row
+        was not `processing` any more (another run of the same claim answered it first: the
+        caller's transaction must not commit a second effect).
+
+        Hand-written: the same statement as `.filter(pk=pk, status=…).update(status=…,
+        answer=…, finished_at=…, action=None, lease_until=None)`. Every callback runs it once,
+        and building the UPDATE with the ORM cost more CPU than running it (bench/README.md,
+        "Hand-written SQL for the statements every click makes": 6.6–7.1 → 4.6–5.3 ms of CPU
+        a click with its siblings)."""
         answer_field = InboundEvent._meta.get_field("answer")
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {quoted_table(InboundEvent)} "  # noqa: S608
-                "SET status = %s, answer = %s, finished_at = %s WHERE id = %s",
+                "SET status = %s, answer = %s, finished_at = %s, action = NULL, "
+                "lease_until = NULL WHERE id = %s AND status = %s",
                 [
                     InboundEvent.Status.ANSWERED,
                     answer_field.get_db_prep_save({"toast": toast} if toast else {}, connection),
                     connection.ops.adapt_datetimefield_value(timezone.now()),
                     pk,
+                    InboundEvent.Status.PROCESSING,
                 ],
             )
+            return cursor.rowcount == 1
 
 
 class InboundEvent(models.Model):
@@ -102,7 +172,13 @@ class InboundEvent(models.Model):
     The unique row is the transport-level dedupe: it is inserted (autocommit) before any handler
     runs, so a redelivered or concurrently duplicated event finds it in every process and gets
     the stored answer instead of a second side effect. Only the toast of the
-    answer is kept (`answer`), never a card, a callback token, an operator id or form input.
+    answer is kept (`answer`), never a card, a callback token or form input after the answer.
+
+    A card action's claim is durable: `action` holds the verified action its handler needs
+    (`registry.CardAction.to_stored()`: ids, the button's value, form input — never the
+    callback token) while it is `processing`, and is cleared when it is answered; `lease_until`
+    is renewed while a handler runs it; a claim whose lease ran out is taken over
+    (`take_over`) by an identical retry or by the recovery, `attempts` counting the runs.
     Rows are deleted after `interactions.callbacks.inbound.RETENTION` by the card worker's sweep.
     """
 
@@ -119,6 +195,9 @@ class InboundEvent(models.Model):
     answer = models.JSONField(_("answer (toast only)"), null=True, blank=True)
     received_at = models.DateTimeField(_("received at"), default=timezone.now, db_index=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    action = models.JSONField(_("verified action (until answered)"), null=True, blank=True)
+    lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
 
     objects = InboundEventQuerySet.as_manager()
 
@@ -127,6 +206,14 @@ class InboundEvent(models.Model):
         verbose_name_plural = _("inbound Feishu events")
         constraints = [
             models.UniqueConstraint(fields=["bot", "event_id"], name="inbound_event_unique")
+        ]
+        indexes = [
+            # the recovery's scan: only unanswered claims are in it
+            models.Index(
+                fields=["lease_until"],
+                name="inbound_event_lease",
+                condition=Q(status="processing"),
+            )
         ]
 
     def __str__(self) -> str:

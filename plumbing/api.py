@@ -1,7 +1,10 @@
 """Shared pieces of Cardloop's JSON API: the error shape and the DRF exception handler.
 
 Every API error is `{"error": <code>, "detail": <message or {field: [messages]}>}` with a 4xx
-status; nothing reaches the client as an HTML page or a 500 with a traceback.
+status; nothing reaches the client as an HTML page or a 500 with a traceback. A transient
+database error (`plumbing.db.transient`: the database unreachable, busy or locked) is answered
+503 `database_unavailable` with `Retry-After` (RFC 9110, section 10.2.3): the request was fine and
+may be sent again.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from plumbing.db.transient import is_transient
+
 log = logging.getLogger(__name__)
+
+#: Seconds a client is told to wait before retrying a request the database could not serve.
+RETRY_AFTER_SECONDS = 2
 
 
 class ApiError(exceptions.APIException):
@@ -39,15 +47,40 @@ def error_body(code: str, detail: Any) -> dict[str, Any]:
     return {"error": code, "detail": detail}
 
 
+def database_unavailable_body() -> dict[str, Any]:
+    """The 503 body of a request the database could not serve now (send `Retry-After`:
+    `RETRY_AFTER_SECONDS`)."""
+    return error_body(
+        "database_unavailable",
+        "The database is unavailable right now; nothing was changed. Retry shortly.",
+    )
+
+
+def database_unavailable_response() -> JsonResponse:
+    """503 `database_unavailable` JSON with `Retry-After` (for non-DRF code paths)."""
+    response = JsonResponse(database_unavailable_body(), status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 def exception_handler(exc, context):
     """DRF exception handler producing `{"error", "detail"}` bodies.
 
     Besides DRF's own exceptions it answers Django's `RequestDataTooBig` (a body over
     `DATA_UPLOAD_MAX_MEMORY_SIZE`, raised when a view first reads `request.data`) with 413
     `too_large` and any other `SuspiciousOperation` with 400 `bad_request`; Django would
-    answer those with an HTML page."""
+    answer those with an HTML page; a transient database error 503 `database_unavailable`
+    with `Retry-After`."""
     if isinstance(exc, ApiError):
         return Response(error_body(exc.error_code, exc.detail_value), status=exc.status_code)
+    if is_transient(exc):
+        log.warning("API request: database unavailable (%s); answered 503", type(exc).__name__)
+        _roll_back_broken_transactions()
+        return Response(
+            database_unavailable_body(),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
@@ -89,6 +122,16 @@ def exception_handler(exc, context):
         )
     response.data = error_body(code, detail)
     return response
+
+
+def _roll_back_broken_transactions() -> None:
+    """DRF marks an atomic request for rollback only for its own exceptions it handles; a
+    database error answered here must not leave a broken transaction for the next query."""
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block:
+            connection.set_rollback(True)
 
 
 def json_error(code: str, detail: Any, status_code: int) -> JsonResponse:
@@ -146,6 +189,8 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
       before any view) becomes Django's HTML 400. It is answered 400 `disallowed_host` (same
       body as the Feishu callback route, `interactions.channels.feishu.asgi`) or `bad_request` JSON.
       This middleware therefore sits right below `SecurityMiddleware`, above every other one.
+    - A view's transient database error (`plumbing.db.transient`) on these paths, DEBUG or
+      not, is answered 503 `database_unavailable` with `Retry-After` instead of 500.
     """
 
     def process_response(self, request, response):
@@ -166,6 +211,14 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
         return response
 
     def process_exception(self, request, exception):
+        if _is_api(request) and is_transient(exception):
+            log.warning(
+                "%s %s: database unavailable (%s); answered 503",
+                request.method,
+                request.path[:100],
+                type(exception).__name__,
+            )
+            return database_unavailable_response()
         if not settings.DEBUG or not _is_api(request) or isinstance(exception, Http404):
             return None  # a 404 is reshaped in process_response
         if isinstance(exception, RequestDataTooBig):

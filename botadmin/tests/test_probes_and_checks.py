@@ -11,7 +11,9 @@ def test_healthz_answers_json_ok(client):
     assert response.json() == {"status": "ok"}
 
 
-@pytest.mark.django_db
+# transactional: on SQLite the probe takes the write lock from a connection of its own, which
+# a test's open transaction would hold
+@pytest.mark.django_db(transaction=True)
 def test_readyz_reports_database_and_channel_layer(client):
     response = client.get("/readyz")
     body = response.json()
@@ -21,7 +23,7 @@ def test_readyz_reports_database_and_channel_layer(client):
     assert body["checks"]["channel_layer"]["ok"] is True
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_readyz_is_503_when_the_channel_layer_is_unreachable(client):
     layers = {
         "default": {

@@ -9,9 +9,10 @@
    the long connection's event loop does ORM work (Django's ORM must not run on an event loop's
    thread); the HTTP ingress's ASGI route runs the whole request in a `POOL` thread
    (`run_in_worker`);
-2. dedupe: `interactions.callbacks.inbound.claim_event` on `header.event_id`; a repeat gets the
-   first answer's toast or an info toast, and no handler runs again (a repeated event never has a
-   second side effect);
+2. dedupe: `interactions.callbacks.inbound.claim_card_action` (events: `claim_event`) on
+   `header.event_id`; a repeat gets the first answer's toast or an info toast, and no handler
+   runs again while the first delivery's claim is alive (a repeated event never has a second
+   side effect; a claim whose run died is taken over, point 7);
 3. a payload with a NUL character or a lone surrogate anywhere is refused (warning toast,
    nothing written: PostgreSQL text cannot hold a NUL, UTF-8 no lone surrogate); the callback
    value (`action.value`, object or JSON
@@ -26,7 +27,15 @@
    (`interactions.cardqueue.service`); the transport calls `take_after_answer()` and runs it
    once the answer left;
 6. past `CARDLOOP_CALLBACK_BUDGET` seconds (2.0) the answer is an info toast while the handler
-   finishes in its thread.
+   finishes in its thread — only once the click is claimed: before that the answer is
+   `try_again()` (nothing was recorded, so "still working" would be a promise nobody keeps);
+7. acknowledged means recorded: the claim stores the verified action and carries a lease
+   (`interactions.callbacks.inbound`); its final answer is recorded after the handler
+   (`run_claim`; handlers are safe to run again for the same click); a transient database error
+   (`plumbing.db.transient`) is retried a few times with backoff and is never stored as the
+   answer — the claim's lease then runs out and an identical retry or the recovery
+   (`interactions.callbacks.recovery`) runs it again. A handler's own exception is its final
+   answer (the error toast).
 
 `handle_event(bot, payload)` does the same for ordinary events (dedupe, every handler from
 `registry.event_handlers`, errors logged); the transport acks Feishu regardless.
@@ -42,6 +51,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -52,6 +62,7 @@ from interactions.callbacks import inbound, registry
 from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
 from plumbing import metrics
+from plumbing.db import transient
 from plumbing.db.sqlite3.base import keep_connections_in_this_thread
 from plumbing.parsers import contains_unstorable
 
@@ -139,19 +150,58 @@ def still_working() -> dict[str, Any]:
     return _toast("info", _("Received. Still working on it; the card will update shortly."))
 
 
+def try_again() -> dict[str, Any]:
+    """The answer of a click whose claim could not be written (the database is unreachable or
+    busy): nothing was recorded, so the person is asked to click again in a moment — never
+    told it is being worked on."""
+    return _toast(
+        "warning",
+        _("Cardloop cannot reach its database right now. Please try again in a moment."),
+    )
+
+
+@dataclass
+class Attempt:
+    """One card action being answered, as the thread keeping the budget sees it: `claimed`
+    turns True once the click's claim is written (from then on it will be recorded, and
+    "still working" is true). Shared between the handler thread and the waiting one."""
+
+    claimed: bool = False
+
+
+def budget_answer(attempt: Attempt | None) -> dict[str, Any]:
+    """The answer when the budget ran out: `still_working()` for a claimed click (or when
+    nothing is known of it), `try_again()` when its claim was never written."""
+    if attempt is None or attempt.claimed:
+        return still_working()
+    return try_again()
+
+
+#: Tries of one claimed click's handler transaction in its thread when it fails with a
+#: transient database error (`transient.backoff` between them: 0.2 s, 0.4 s); after the last
+#: the claim's lease is let go and the retry / recovery runs it later.
+CLAIM_TRIES = 3
+
+
 def _toast(type_: str, message) -> dict[str, Any]:
     return {"toast": registry.Toast.of(type_, message).to_json()}
 
 
-def run_in_worker(fn, *args):
+_attempt: ContextVar[Attempt | None] = ContextVar("lark_attempt", default=None)
+
+
+def run_in_worker(fn, *args, attempt: Attempt | None = None):
     """Run `fn(*args)` in this `POOL` thread for a transport that enforces `budget()` itself
     (`interactions.channels.feishu.asgi`): `handle_card_action` / `handle_event` called inside
     do their work inline instead of handing it to a second thread. The transport owns the database
-    connections of this thread (closes them when done)."""
+    connections of this thread (closes them when done). `attempt`: the transport's `Attempt`,
+    which the card action marks claimed (for `budget_answer`)."""
     reset = _in_worker.set(True)
+    reset_attempt = _attempt.set(attempt)
     try:
         return fn(*args)
     finally:
+        _attempt.reset(reset_attempt)
         _in_worker.reset(reset)
 
 
@@ -215,12 +265,13 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
     kind = kind_label(payload)
     _answer_kind.set(kind)
     hold = cards.Hold()
+    attempt = (_attempt.get() if _in_worker.get() else None) or Attempt()
     try:
         if _in_worker.get():
-            answer = _answer_card_action(bot, payload, hold)
+            answer = _answer_card_action(bot, payload, hold, attempt)
         else:
             _release_caller_connection()
-            future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold)
+            future = POOL.submit(run_isolated, _answer_card_action, bot, payload, hold, attempt)
             answer = future.result(timeout=budget())
     except FutureTimeout:
         log.warning(
@@ -230,12 +281,21 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
             budget(),
         )
         metrics.count_over_budget(_route.get())
-        answer = still_working()
-    except Exception:
-        log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
-        answer = _toast(
-            "error", _("Something went wrong while handling your click. Please try again.")
-        )
+        answer = budget_answer(attempt)
+    except Exception as exc:
+        if transient.is_transient(exc):
+            log.warning(
+                "card action %s of %s: database unavailable (%s)",
+                _event_id(payload),
+                bot.app_id,
+                type(exc).__name__,
+            )
+            answer = budget_answer(attempt)
+        else:
+            log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
+            answer = _toast(
+                "error", _("Something went wrong while handling your click. Please try again.")
+            )
     _after_answer.set(functools.partial(cards.release_holds, hold))
     if not _in_worker.get():  # inside run_in_worker the transport measures the answer
         metrics.observe_callback_answer(_route.get(), kind, time.monotonic() - started)
@@ -270,30 +330,57 @@ def _event_id(payload: dict[str, Any]) -> str:
     return event_id if isinstance(event_id, str) else ""
 
 
-def _answer_card_action(bot, payload: dict[str, Any], hold: cards.Hold) -> dict[str, Any]:
+def _answer_card_action(
+    bot, payload: dict[str, Any], hold: cards.Hold, attempt: Attempt
+) -> dict[str, Any]:
     event_id = _event_id(payload)
-    row = None
-    if event_id:
-        row, created = inbound.claim_event(bot, event_id, "card.action.trigger")
-        if not created:
-            log.info("card action %s of %s is a duplicate; not handled again", event_id, bot.app_id)
-            return inbound.duplicate_answer(row)
-    else:
+    action, refusal = _verified_action(bot, payload)
+    if not event_id:
         log.warning("card action of %s without header.event_id: cannot deduplicate", bot.app_id)
+        attempt.claimed = True
+        with cards.holding(hold):
+            return refusal if refusal is not None else run_claim(bot, None, action)
+    try:
+        row, outcome = inbound.claim_card_action(
+            bot, event_id, action.to_stored() if refusal is None else None
+        )
+    except Exception as exc:
+        if not transient.is_transient(exc):
+            raise
+        log.warning(
+            "card action %s of %s: its claim could not be written (%s); asked to try again",
+            event_id,
+            bot.app_id,
+            type(exc).__name__,
+        )
+        transient.reset_connection()
+        return try_again()
+    attempt.claimed = True
+    if outcome == inbound.DUPLICATE:
+        log.info("card action %s of %s is a duplicate; not handled again", event_id, bot.app_id)
+        return inbound.duplicate_answer(row)
+    if outcome == inbound.TAKEN_OVER:
+        log.info(
+            "card action %s of %s: took over its expired claim (run %d)",
+            event_id,
+            bot.app_id,
+            row.attempts,
+        )
+    if refusal is not None:
+        _finish_final(row.pk, refusal)
+        return refusal
     with cards.holding(hold):
-        answer, action = _call_handler(bot, payload)
-        answer = _checked_card(bot, action, answer)
-    if row is not None:
-        inbound.finish_event(row, answer)
-    return answer
+        return run_claim(bot, row.pk, action)
 
 
-def _call_handler(bot, payload):
+def _verified_action(bot, payload):
+    """`(CardAction, None)` for a card action a registered handler takes, else `(action or
+    None, refusal answer)`: the click's own reason, final at once."""
     try:
         action = registry.CardAction.from_payload(bot, payload)
     except registry.InvalidCallback as exc:
         log.warning("card action %s of %s: %s", _event_id(payload), bot.app_id, exc)
-        return _toast("warning", _("This button has no action Cardloop understands.")), None
+        return None, _toast("warning", _("This button has no action Cardloop understands."))
     missing = registry.missing_fields(payload)
     if missing:
         log.warning(
@@ -302,34 +389,107 @@ def _call_handler(bot, payload):
             bot.app_id,
             ", ".join(missing),
         )
-    handler = registry.handler_for(action.kind)
-    if handler is None:
+    if registry.handler_for(action.kind) is None:
         log.warning(
             "card action %s of %s: no handler for kind %r",
             action.event_id,
             bot.app_id,
             action.kind[:64],
         )
-        return _toast(
+        return action, _toast(
             "warning", _("This button is not supported. Please refresh the card.")
-        ), action
+        )
+    return action, None
+
+
+class _AnsweredElsewhere(Exception):
+    """Another run of the same claim recorded its answer first."""
+
+
+def run_claim(bot, pk: int | None, action: registry.CardAction) -> dict[str, Any]:
+    """Run `action`'s handler for claim `pk` (None: an event without id, not deduplicated) to
+    its answer, which is returned and recorded as the claim's final answer
+    (`inbound.finish_claim`; a run that finds the claim answered by another run returns that
+    answer). A handler may run again for the same click after a crash or a transient error
+    between its commit and the answer's: handlers decide from the database whether the click
+    is already recorded (a repeated verdict is "already chosen", a decided approval stays
+    decided), so a re-run never records twice. The claim's lease is renewed meanwhile (`inbound.LEASES`). A transient database error is
+    tried again (`CLAIM_TRIES`, with backoff) and never answered: after the last try the
+    lease is let go and `still_working()` returned (the retry or the recovery records it). A
+    handler's own exception is logged and its error toast is the final answer. Call inside
+    `cards.holding` when the answer goes to Feishu. Never raises for a handler's failure."""
+    if pk is not None:
+        inbound.LEASES.hold(pk)
     try:
-        result = handler(action)
-    except Exception:
-        log.exception("card action %r: handler %r raised", action, action.kind)
-        return _toast(
-            "error", _("Something went wrong while handling your click. Please try again.")
-        ), action
+        for tried in range(1, CLAIM_TRIES + 1):
+            try:
+                answer = _record(pk, action)
+            except _AnsweredElsewhere:
+                log.info("card action %r: another run answered it first", action)
+                return inbound.stored_answer(pk)
+            except Exception as exc:
+                if not transient.is_transient(exc):
+                    log.exception("card action %r: handler %r raised", action, action.kind)
+                    answer = _toast(
+                        "error",
+                        _("Something went wrong while handling your click. Please try again."),
+                    )
+                    _finish_final(pk, answer)
+                    return answer
+                log.warning(
+                    "card action %r: transient database error (%s), try %d of %d",
+                    action,
+                    type(exc).__name__,
+                    tried,
+                    CLAIM_TRIES,
+                )
+                transient.reset_connection()
+                if tried < CLAIM_TRIES:
+                    time.sleep(transient.backoff(tried))
+                    continue
+                if pk is not None:
+                    inbound.let_go(pk)
+                return still_working()
+            return _checked_card(bot, action, answer)
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        if pk is not None:
+            inbound.LEASES.drop(pk)
+
+
+def _record(pk: int | None, action: registry.CardAction) -> dict[str, Any]:
+    """One run of the handler, then the claim's answer; raises the handler's exceptions and
+    `_AnsweredElsewhere`."""
+    handler = registry.handler_for(action.kind)
+    answer = _as_answer(action, handler(action))
+    if pk is not None and not inbound.finish_claim(pk, answer):
+        raise _AnsweredElsewhere
+    return answer
+
+
+def _finish_final(pk: int | None, answer: dict[str, Any]) -> None:
+    """Record a final answer outside a handler's transaction; on a transient error the claim
+    stays (its lease runs out and the next run answers it)."""
+    if pk is None:
+        return
+    try:
+        inbound.finish_claim(pk, answer)
+    except Exception as exc:
+        if not transient.is_transient(exc):
+            raise
+        log.warning("claim %s: its answer could not be stored (%s)", pk, type(exc).__name__)
+        transient.reset_connection()
+
+
+def _as_answer(action, result) -> dict[str, Any]:
     if result is None:
-        return {}, action
+        return {}
     if isinstance(result, registry.Answer):
-        return result.to_json(), action
+        return result.to_json()
     if isinstance(result, dict):
-        return result, action
+        return result
     log.error("card action %r: handler returned %s, not an Answer", action, type(result).__name__)
-    return _toast(
-        "error", _("Something went wrong while handling your click. Please try again.")
-    ), action
+    return _toast("error", _("Something went wrong while handling your click. Please try again."))
 
 
 def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:

@@ -6,14 +6,24 @@ side effect.
 handler runs: the unique constraint (bot, event_id) decides, across processes and machines,
 which delivery of an event does the work. Every other delivery gets `duplicate_answer`: the
 stored toast when the first one finished, an info toast while it is still running.
+
+A card action's claim is durable (`claim_card_action`): it stores the verified action its handler
+needs and carries a lease (`CARDLOOP_CLICK_LEASE`, 15 s) that `LEASES` renews every third of it
+while the handler runs in this process. A claim whose lease ran out — its process died, or its
+handler gave up on a transient database error — is taken over by an identical retry of the same
+event (Feishu's or the user's) and by the recovery in `card_worker`
+(`interactions.callbacks.recovery`), until its answer is recorded.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
+from django.db import connections
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -40,9 +50,132 @@ def claim_event(bot, event_id: str, event_type: str) -> tuple[InboundEvent, bool
     return InboundEvent.objects.claim(bot, event_id[:64], event_type[:100])
 
 
+#: `claim_card_action` outcomes.
+CREATED, TAKEN_OVER, DUPLICATE = "created", "taken_over", "duplicate"
+
+
+def lease_seconds() -> float:
+    """Seconds a card-action claim's lease lasts (`CARDLOOP_CLICK_LEASE`, 15)."""
+    return float(settings.CARDLOOP_CLICK_LEASE)
+
+
+def claim_card_action(
+    bot, event_id: str, action: dict[str, Any] | None
+) -> tuple[InboundEvent, str]:
+    """Claim card action `event_id` of `bot` for this delivery, storing `action` (the verified
+    action its handler needs, `CardAction.to_stored()`; None when it has no handler to run).
+    Returns `(row, outcome)`: `CREATED` (a new claim), `TAKEN_OVER` (an earlier claim of the
+    same event whose lease ran out: this delivery runs it now) or `DUPLICATE` (another delivery
+    holds it or answered it). Database errors propagate (nothing is claimed when the first
+    statement fails)."""
+    row, created = InboundEvent.objects.claim(
+        bot, event_id[:64], "card.action.trigger", action=action, lease_seconds=lease_seconds()
+    )
+    if created:
+        return row, CREATED
+    if row.status == InboundEvent.Status.PROCESSING:
+        taken = InboundEvent.objects.take_over(row.pk, lease_seconds())
+        if taken is not None:
+            return taken, TAKEN_OVER
+    return row, DUPLICATE
+
+
+def take_over(pk: int) -> InboundEvent | None:
+    """Take over the expired claim `pk` for the recovery (`InboundEvent.objects.take_over`);
+    None when it is answered or alive elsewhere."""
+    return InboundEvent.objects.take_over(pk, lease_seconds())
+
+
+def expired_claim_ids(limit: int, now=None) -> list[int]:
+    """Ids of at most `limit` card-action claims whose lease ran out (oldest first)."""
+    now = now or timezone.now()
+    return list(InboundEvent.objects.expired_claims(now).values_list("pk", flat=True)[:limit])
+
+
+def finish_claim(pk: int, answer: dict[str, Any] | None) -> bool:
+    """Record the final answer of claim `pk` (its toast only) and clear its stored action and
+    lease. Returns False when the claim was answered already (another run got there first).
+    Call inside the handler's transaction, so the answer commits with the handler's effects."""
+    return InboundEvent.objects.mark_answered(pk, (answer or {}).get("toast"))
+
+
+def let_go(pk: int) -> None:
+    """The handler of claim `pk` gave up on a transient database error: end its lease now so
+    the next retry or recovery pass runs it. Best effort — with the database still gone the
+    lease simply runs out."""
+    try:
+        InboundEvent.objects.let_go(pk)
+    except Exception as exc:  # noqa: BLE001 - best effort, see the docstring
+        log.info("claim %s: lease not ended early (%s); it runs out", pk, type(exc).__name__)
+
+
+def stored_answer(pk: int) -> dict[str, Any]:
+    """The answer claim `pk` was given (its toast), or the info toast while it is running."""
+    return duplicate_answer(InboundEvent.objects.get(pk=pk))
+
+
 def finish_event(row: InboundEvent, answer: dict[str, Any] | None) -> None:
     """Mark `row` answered and keep the toast of `answer` (never its card)."""
     InboundEvent.objects.mark_answered(row.pk, (answer or {}).get("toast"))
+
+
+class LeaseKeeper:
+    """Renews the leases of the claims whose handlers run in this process: one daemon thread,
+    started on first use, renews every held claim every `lease_seconds() / 3` seconds in one
+    UPDATE on a connection of its own (closed after each pass). `hold(pk)` / `drop(pk)` around
+    a handler run; thread-safe. A renewal that fails (database gone) is logged and tried again
+    next period: a lease that then runs out lets a retry or the recovery run the claim again,
+    whose answer only one run can record (`finish_claim`)."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, pk: int) -> None:
+        """Keep claim `pk`'s lease alive until `drop(pk)`."""
+        with self._lock:
+            self._held[pk] = self._held.get(pk, 0) + 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="click-lease", daemon=True)
+                self._thread.start()
+
+    def drop(self, pk: int) -> None:
+        """Stop renewing claim `pk` (its handler is done)."""
+        with self._lock:
+            count = self._held.get(pk, 0) - 1
+            if count > 0:
+                self._held[pk] = count
+            else:
+                self._held.pop(pk, None)
+
+    def held(self) -> list[int]:
+        """The claims renewed now (a copy)."""
+        with self._lock:
+            return list(self._held)
+
+    def renew_now(self) -> int:
+        """One renewal pass (the thread's loop body); returns how many leases were renewed."""
+        pks = self.held()
+        if not pks:
+            return 0
+        try:
+            return InboundEvent.objects.renew(pks, lease_seconds())
+        except Exception as exc:  # noqa: BLE001 - logged; the next period tries again
+            log.warning("could not renew %d click lease(s): %s", len(pks), type(exc).__name__)
+            return 0
+        finally:
+            for connection in connections.all(initialized_only=True):
+                connection.close()
+
+    def _run(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(lease_seconds() / 3):
+            self.renew_now()
+
+
+#: The process's lease keeper.
+LEASES = LeaseKeeper()
 
 
 def duplicate_answer(row: InboundEvent) -> dict[str, Any]:

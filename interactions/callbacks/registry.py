@@ -22,7 +22,10 @@ Events (everything that is not a card action, e.g. `im.message.receive_v1`): eve
 registered for the `event_type` is called with a `LarkEvent`; Feishu always gets its JSON ack.
 
 Both paths are deduplicated on `header.event_id` before any handler runs: a repeated event
-gets the first delivery's answer and never runs a handler twice.
+gets the first delivery's answer. A card action whose first run died (process killed,
+database gone) is run again from its stored action until its answer is recorded, so a card
+handler must find out from the database whether the click is already recorded (see
+docs/DEVELOPING.md, "Durability").
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.utils import translation
@@ -181,6 +184,21 @@ class CardAction:
             f"CardAction(app_id={app_id!r}, event_id={self.event_id!r}, kind={self.kind!r}, "
             f"open_message_id={self.open_message_id!r}, tag={self.tag!r}, name={self.name!r})"
         )
+
+    def to_stored(self) -> dict[str, Any]:
+        """The action as a JSON-safe dict without the bot (`InboundEvent.action`: what the
+        handler needs to run again after a crash; no callback token, which is never carried).
+        `from_stored(bot, data)` turns it back."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "bot"}
+
+    @classmethod
+    def from_stored(cls, bot, data: dict[str, Any]) -> CardAction:
+        """The action `to_stored()` gave, for `bot`; keys this version does not know are
+        ignored. Raises `InvalidCallback` when `data` is not such a dict."""
+        if not isinstance(data, dict) or not isinstance(data.get("value"), dict):
+            raise InvalidCallback("the stored action is not an object with a value")
+        known = {f.name for f in fields(cls)} - {"bot"}
+        return cls(bot=bot, **{k: v for k, v in data.items() if k in known})
 
     @classmethod
     def from_payload(cls, bot, payload: dict[str, Any]) -> CardAction:

@@ -35,6 +35,7 @@ Django's URL route for the view stays (WSGI servers, the test client); this app 
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
@@ -52,6 +53,8 @@ from django.http.request import split_domain_port, validate_host
 from interactions.callbacks import dispatcher
 from interactions.channels.feishu import ingress
 from plumbing import metrics
+from plumbing.api import RETRY_AFTER_SECONDS, database_unavailable_body
+from plumbing.db import transient
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +125,24 @@ def _answer(scope, body: bytes, app_id: str) -> HttpResponseBase:
         signals.request_started.send(sender=LarkCallbackApp, scope=scope)
         request = ASGIRequest(scope, io.BytesIO(body))
         response = ingress.callback(request, app_id)
-    except Exception:
-        log.exception("lark callback of %r failed outside the dispatcher", app_id[:64])
-        connections.close_all()  # whatever state the failure left them in
-        response = ingress.AnswerResponse(
-            {"error": "server_error", "detail": "Internal error; it has been logged."}, status=500
-        )
+    except Exception as exc:
+        try:
+            connections.close_all()  # whatever state the failure left them in
+        except Exception:  # noqa: BLE001 - a dead connection may fail to close; it is gone
+            log.info("lark callback of %r: a broken connection did not close", app_id[:64])
+        if transient.is_transient(exc):
+            # the bot could not even be looked up: nothing was claimed, Feishu may retry
+            log.warning(
+                "lark callback of %r: database unavailable (%s)", app_id[:64], type(exc).__name__
+            )
+            response = ingress.AnswerResponse(database_unavailable_body(), status=503)
+            response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        else:
+            log.exception("lark callback of %r failed outside the dispatcher", app_id[:64])
+            response = ingress.AnswerResponse(
+                {"error": "server_error", "detail": "Internal error; it has been logged."},
+                status=500,
+            )
     response._handler_class = LarkCallbackApp
     return response
 
@@ -195,7 +210,8 @@ class LarkCallbackApp:
     every other HTTP request (and every other scope type) goes to `app` unchanged.
 
     Errors: a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` → 413 `{"error": "too_large"}`; the
-    view's own answers otherwise (see `interactions.channels.feishu.ingress`).
+    database unreachable before the click could be claimed → 503 `database_unavailable` with
+    `Retry-After`; the view's own answers otherwise (see `interactions.channels.feishu.ingress`).
     """
 
     def __init__(self, app):
@@ -224,9 +240,10 @@ class LarkCallbackApp:
         answered = loop.create_future()
         sent = threading.Event()
         timing: dict[str, float] = {}
+        attempt = dispatcher.Attempt()
         work = loop.run_in_executor(
             dispatcher.POOL,
-            dispatcher.run_in_worker,
+            functools.partial(dispatcher.run_in_worker, attempt=attempt),
             _answer_send_close,
             scope,
             body,
@@ -248,7 +265,7 @@ class LarkCallbackApp:
                 # the thread closes its response (after-answer action) when it is done, but
                 # not before this answer went out (`sent`, set in the finally below)
                 await _SEND_RESPONSE.send_response(
-                    ingress.AnswerResponse(dispatcher.still_working(), status=200), send
+                    ingress.AnswerResponse(dispatcher.budget_answer(attempt), status=200), send
                 )
                 timing["seconds"] = time.monotonic() - started
                 metrics.count_over_budget("http")

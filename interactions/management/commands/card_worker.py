@@ -3,14 +3,15 @@
 Safe to run in N copies (claims are exclusive, see `plumbing.workqueue`). SIGTERM / SIGINT
 stop it after the update in progress; claimed updates not started yet go back to the queue.
 Stale claims of dead workers are recovered at start and every `--period` seconds, when old
-dedupe rows and finished updates are also swept. `manage.py serve` starts it beside Daphne.
+dedupe rows and finished updates are also swept, and acknowledged clicks whose handler
+never finished (lease run out) are run again (`interactions.callbacks.recovery`). `manage.py serve` starts it beside Daphne.
 """
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from interactions.callbacks import inbound
+from interactions.callbacks import inbound, recovery
 from interactions.cardqueue import worker as cardworker
 from interactions.lifecycle import resolve as lifecycle
 from plumbing.workqueue import WorkerLoop
@@ -36,6 +37,7 @@ class Command(BaseCommand):
             idle_sleep=idle_sleep,
             periodic=[
                 cardworker.recover_stale_updates,
+                recovery.recover_expired_claims,
                 inbound.prune_events,
                 cardworker.prune_finished,
                 lifecycle.expire_due,
