@@ -285,7 +285,7 @@ _active_lease: ClaimLease | None = None
 @contextmanager
 def leased(model: type[WorkItem], token: str) -> Iterator[None]:
     """Keep the claim `token` renewed by the running `WorkerLoop`'s lease while the block runs
-    (a no-op outside a worker loop, e.g. in a request or a `--once` run)."""
+    (a no-op outside a worker loop, e.g. in a request or a test calling the tick itself)."""
     lease = _active_lease
     if lease is None:
         yield
@@ -315,7 +315,7 @@ class WorkerLoop:
     `tick()` is called repeatedly; it returns how many rows it handled (0 → sleep
     `idle_sleep` seconds before the next tick). `periodic` callables run every `period`
     seconds (sweepers); `recovery` callables every `recovery_period` seconds (taking the
-    expired leases of dead workers, so it runs often). While `run()` runs (not with `once`), a
+    expired leases of dead workers, so it runs often). While `run()` runs (also with `once`), a
     `ClaimLease` renews the claims the tick holds through `leased()` / `hold_claim()`.
     SIGTERM / SIGINT stop the loop after the current tick; the tick itself is responsible for
     finishing its in-flight attempts within its budget.
@@ -363,17 +363,14 @@ class WorkerLoop:
     def run(self, *, once: bool = False) -> None:
         """Loop until stopped (or one tick with `once`)."""
         global _active_lease
-        lease = None
-        if not once:
-            lease = ClaimLease(every=self.lease_every)
-            lease.start()
-            _active_lease = lease
+        lease = ClaimLease(every=self.lease_every)
+        lease.start()
+        _active_lease = lease
         try:
             self._loop(once)
         finally:
-            if lease is not None:
-                _active_lease = None
-                lease.stop()
+            _active_lease = None
+            lease.stop()
 
     def _loop(self, once: bool) -> None:
         self.run_periodic(self.recovery + self.periodic)
