@@ -187,3 +187,43 @@ def test_updates_claimed_by_a_killed_card_worker_are_applied_by_another_within_s
         "after the kill"
     )
     assert "recovered" in log_path.read_text()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_live_worker_slower_than_the_lease_keeps_its_claims_from_a_second_worker(
+    lark_stub, lark_bot, tmp_path
+):
+    """Feishu takes longer than `STALE_AFTER` to answer: the busy worker's heartbeat renews
+    its claim, so the idle second worker never recovers it and the update is sent once."""
+    (entity,) = _cards(lark_bot, 1)
+    slow = cardworker.STALE_AFTER.total_seconds() + 4
+    lark_stub.slow("/open-apis/cardkit", slow)
+    log_path = tmp_path / "workers.log"
+    workers = [_start_worker(log_path, lark_stub.url) for _ in range(2)]
+    try:
+        _wait(
+            lambda: log_path.read_text().count("card_worker: started") == 2,
+            "the workers did not start",
+            log_path,
+            timeout=90,
+        )
+        cards.enqueue_elements(entity, {"fb_prompt": md("slow but alive")})
+        _wait(
+            lambda: CardUpdate.objects.filter(status=WorkStatus.DONE).exists(),
+            "the update was not applied",
+            log_path,
+            timeout=slow + 60,
+        )
+    finally:
+        for process in workers:
+            process.send_signal(signal.SIGTERM)
+        for process in workers:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        wait_for_child_sessions_to_end()
+    calls = [c for c in lark_stub.calls_to("PUT", "/open-apis/cardkit") if entity.card_id in c.path]
+    assert len(calls) == 1, [c.body for c in calls]
+    assert "recovered" not in log_path.read_text()
