@@ -56,6 +56,8 @@ from plumbing import metrics
 from plumbing.workqueue import (
     WorkStatus,
     claim_due,
+    drop_claim,
+    hold_claim,
     recover_stale,
     reschedule,
     settle,
@@ -325,6 +327,8 @@ class OutboxWorker:
             select_related=("event", "destination"),
             wait_for_flush=False,
         )
+        if items:
+            hold_claim(OutboxItem, token)  # renewed while attempts run (workqueue.ClaimLease)
         immediate = []
         secrets_cache: dict[int, tuple[str, ...]] = {}
         for item in items:
@@ -486,6 +490,9 @@ class OutboxWorker:
             metrics.observe_webhook_attempt(
                 entry.item.destination_id, str(result.outcome), result.duration_ms / 1000
             )
+        live = {e.token for e in self.in_flight.values()}
+        for token in {entry.token for entry, _result in results} - live:
+            drop_claim(token)  # every row of that claim is settled
 
 
 # ---------------------------------------------------------------------------------------------

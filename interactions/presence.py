@@ -1,9 +1,12 @@
 """Live question panels: who is connected (presence rows) and pushing messages to them.
 
-- **Presence** (`PanelPresence` rows): created on connect, deleted on disconnect, refreshed by
-  the serving process every `CARDLOOP_PANEL_HEARTBEAT` s. `is_connected()` counts only rows
-  refreshed within `CARDLOOP_PANEL_PRESENCE_TTL` s, so a process that died (no disconnect ran)
-  stops counting after the TTL; any process's heartbeat sweeps such rows.
+- **Presence** (`PanelPresence` rows): created on connect, deleted when the consumer ends (on
+  any exit path: a disconnect, but also its channel-layer receive raising when Redis went
+  away, which closes the socket with 1011 without a disconnect step), refreshed by the serving
+  process every `CARDLOOP_PANEL_HEARTBEAT` s only for consumers whose task still runs.
+  `is_connected()` counts only rows refreshed within `CARDLOOP_PANEL_PRESENCE_TTL` s, so a row
+  whose socket is gone without cleanup (process died, database down at that moment) stops
+  counting after the TTL; any process's heartbeat sweeps such rows.
 - **Push.** `push(bot, open_id, message)` sends a message to every panel of the user through
   the channel layer group `group_for(bot, open_id)` (Redis across processes; the in-memory
   layer within one process). Best effort by design: the ASGI spec lets a group send drop
@@ -129,17 +132,21 @@ def is_connected(bot: Bot, open_id: str) -> bool:
 
 
 class _Local:
-    """Live consumers of this process: channel_name → (group, event loop). Thread-safe."""
+    """Live consumers of this process: channel_name → (group, event loop, the consumer's task).
+    Thread-safe. A channel counts as live only while its consumer's task runs: the heartbeat
+    drops (and stops refreshing) a channel whose task ended without detaching — a consumer
+    whose channel-layer receive raised, or that was cancelled."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.channels: dict[str, tuple[str, asyncio.AbstractEventLoop]] = {}
+        self.channels: dict[str, tuple[str, asyncio.AbstractEventLoop, asyncio.Task | None]] = {}
         self.heartbeats: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
 
     def attach(self, channel_name: str, group: str) -> None:
+        """Called by the consumer, in its own task, once its socket is accepted."""
         loop = asyncio.get_running_loop()
         with self.lock:
-            self.channels[channel_name] = (group, loop)
+            self.channels[channel_name] = (group, loop, asyncio.current_task())
             task = self.heartbeats.get(loop)
             if task is None or task.done():
                 self.heartbeats[loop] = loop.create_task(_heartbeat(loop))
@@ -150,18 +157,24 @@ class _Local:
             if entry is None:
                 return
             loop = entry[1]
-            if not any(lp is loop for _g, lp in self.channels.values()):
+            if not any(lp is loop for _g, lp, _t in self.channels.values()):
                 task = self.heartbeats.pop(loop, None)
-                if task is not None:
+                if task is not None and task is not asyncio.current_task():
                     task.cancel()
 
     def on_loop(self, loop) -> list[str]:
+        """The live channels served on `loop`; forgets channels whose consumer task ended."""
         with self.lock:
-            return [name for name, (_g, lp) in self.channels.items() if lp is loop]
+            gone = [n for n, (_g, lp, t) in self.channels.items() if t is not None and t.done()]
+        for name in gone:
+            log.info("panel presence: a consumer ended without its disconnect step")
+            self.detach(name)
+        with self.lock:
+            return [name for name, (_g, lp, _t) in self.channels.items() if lp is loop]
 
     def in_group(self, group: str) -> list[tuple[str, asyncio.AbstractEventLoop]]:
         with self.lock:
-            return [(name, lp) for name, (g, lp) in self.channels.items() if g == group]
+            return [(name, lp) for name, (g, lp, _t) in self.channels.items() if g == group]
 
 
 LOCAL = _Local()

@@ -32,6 +32,7 @@ import itertools
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -92,6 +93,7 @@ class FeishuStub:
         self.token_requests = 0
         self._uuids: dict[tuple[str, str], str] = {}
         self._failures: list[_Failure] = []
+        self._delays: dict[str, float] = {}
         self._ids = itertools.count(first_id)
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -146,6 +148,12 @@ class FeishuStub:
                     method.upper(), path_prefix, code, msg, http_status, times, body, headers or {}
                 )
             )
+
+    def slow(self, path_prefix: str, seconds: float) -> None:
+        """Answer requests whose path starts with `path_prefix` only after `seconds` (0 undoes
+        it): a worker calling it holds its claims meanwhile."""
+        with self._lock:
+            self._delays[path_prefix] = seconds
 
     def calls_to(self, method: str | None = None, path_prefix: str = "") -> list[Call]:
         with self._lock:
@@ -225,6 +233,12 @@ class _Handler(BaseHTTPRequestHandler):
         call = Call(method, parts.path, query, dict(self.headers.items()), body, app_id)
         with stub._lock:
             stub.calls.append(call)
+        with stub._lock:
+            delay = max(
+                (s for p, s in stub._delays.items() if parts.path.startswith(p)), default=0.0
+            )
+        if delay:
+            time.sleep(delay)
         failure = stub._take_failure(method, parts.path)
         if failure is not None:
             if failure.body is not None:

@@ -26,15 +26,18 @@ from interactions.cardqueue.service import render_now
 from interactions.lark.cardjson import merge_updates
 from interactions.models import CardEntity, CardUpdate
 from plumbing import metrics
-from plumbing.workqueue import WorkStatus, claim_due, reschedule, settle
+from plumbing.workqueue import WorkStatus, claim_due, leased, reschedule, settle
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 10
 #: Feishu allows 5 updates per second per message.
 MESSAGE_INTERVAL = timedelta(milliseconds=200)
-#: An in-flight claim older than this belongs to a dead or hung worker.
-STALE_AFTER = timedelta(seconds=60)
+#: An in-flight claim not renewed for this long belongs to a dead worker: a live `card_worker`
+#: renews its claims every second (`plumbing.workqueue.ClaimLease`), so a killed one's updates
+#: go back to the queue within this plus the recovery period, and newer updates of the same
+#: card stop waiting behind them.
+STALE_AFTER = timedelta(seconds=5)
 #: Longest wait a server's Retry-After can impose on one retry.
 MAX_RETRY_AFTER = timedelta(minutes=5)
 #: Finished rows are kept this long for the admin / debugging, then deleted.
@@ -57,19 +60,44 @@ def run_due(limit: int = 10, *, should_stop: Callable[[], bool] | None = None) -
     """Claim up to `limit` due updates (of different cards) and apply them one by one.
 
     When `should_stop()` turns true, the claimed updates not started yet go back to the queue
-    untouched. Returns how many updates were attempted.
+    untouched. The claim is leased (renewed while the worker loop runs). When applying raises
+    (e.g. the database went away), every update still claimed goes back to the queue with its
+    attempts kept (`release_updates`) and the error propagates. Returns how many updates were
+    attempted.
     """
     now = timezone.now()
     token, rows = claim_due(CardUpdate, limit=limit, now=now, where=_claimable(now))
     attempted = 0
-    for index, row in enumerate(rows):
-        if should_stop is not None and should_stop():
-            for rest in rows[index:]:
-                return_to_pending(rest, token, timezone.now(), attempts=F("attempts") - 1)
-            break
-        metrics.count_card_update(apply_update(row, token))
-        attempted += 1
+    with leased(CardUpdate, token):
+        try:
+            for index, row in enumerate(rows):
+                if should_stop is not None and should_stop():
+                    for rest in rows[index:]:
+                        return_to_pending(rest, token, timezone.now(), attempts=F("attempts") - 1)
+                    break
+                metrics.count_card_update(apply_update(row, token))
+                attempted += 1
+        except BaseException:
+            release_updates(rows, token)
+            raise
     return attempted
+
+
+def release_updates(rows: list[CardUpdate], token: str) -> int:
+    """Return the `rows` still claimed with `token` to the queue, due now, attempts kept
+    (folded into a newer pending update of the same card when there is one). Rows already
+    settled are untouched (fenced). A failure here is logged, not raised: the lease then
+    expires and recovery returns them. Returns how many were released."""
+    released = 0
+    try:
+        for row in rows:
+            if return_to_pending(row, token, timezone.now(), error="released: the tick raised"):
+                released += 1
+    except Exception:  # noqa: BLE001 - the caller is already raising; recovery takes the rest
+        log.warning("releasing %d claimed card update(s) failed", len(rows), exc_info=True)
+    if released:
+        log.warning("released %d claimed card update(s) after an error", released)
+    return released
 
 
 def apply_update(row: CardUpdate, token: str) -> str:

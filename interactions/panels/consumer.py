@@ -25,6 +25,25 @@ class PanelConsumer(AsyncWebsocketConsumer):
 
     user: presence.PanelUser | None = None
     group: str = ""
+    timer: asyncio.Task | None = None
+
+    async def __call__(self, scope, receive, send):
+        """Run the consumer; on *every* exit — a normal disconnect, but also the channel
+        layer's receive raising (Redis restarted: Daphne then closes the socket with 1011
+        and `disconnect()` never runs), or cancellation — cancel the resync timer, stop the
+        presence heartbeat for this channel and drop its presence row (`_leave`)."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._cancel_timer()
+            try:
+                await asyncio.wait_for(self._leave(), timeout=5)
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the row expires (TTL)
+                log.warning("panel cleanup after the socket ended failed; its presence expires")
+
+    def _cancel_timer(self):
+        if self.timer is not None and self.timer is not asyncio.current_task():
+            self.timer.cancel()
 
     async def connect(self):
         self.known: set[str] = set()  # requestIds the client was told are open
@@ -55,20 +74,22 @@ class PanelConsumer(AsyncWebsocketConsumer):
         self.timer = asyncio.get_running_loop().create_task(self._resync_loop())
 
     async def disconnect(self, code):
-        if self.timer is not None and self.timer is not asyncio.current_task():
-            self.timer.cancel()
+        self._cancel_timer()
         await self._leave()
 
     async def _leave(self):
         """Leave the group and drop the presence row (idempotent). If this is cancelled
-        midway, the row expires: the heartbeat no longer refreshes a detached channel."""
+        midway, or the layer or database is down, the row expires: the heartbeat no longer
+        refreshes a detached channel."""
         if self.user is None or not self.group:
             return
         group, self.group = self.group, ""
         presence.LOCAL.detach(self.channel_name)
         try:
-            await self.channel_layer.group_discard(group, self.channel_name)
-        except Exception as exc:  # noqa: BLE001 - the entry expires with the layer's group_expiry
+            await asyncio.wait_for(
+                self.channel_layer.group_discard(group, self.channel_name), timeout=2
+            )
+        except (Exception, TimeoutError) as exc:  # noqa: BLE001 - expires with group_expiry
             log.warning("panel could not leave its group (%s); it expires", type(exc).__name__)
         finally:
             await database_sync_to_async(presence.unregister)(self.channel_name)
@@ -148,8 +169,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
 
     async def _close_revoked(self):
         """Our desktop token was revoked: leave, say so and close with 4401 (idempotent)."""
-        if self.timer is not None and self.timer is not asyncio.current_task():
-            self.timer.cancel()
+        self._cancel_timer()
         if not self.group:
             return  # already left
         await self._leave()

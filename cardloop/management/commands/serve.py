@@ -11,9 +11,12 @@ were started: loading the application takes seconds, more on a busy machine. All
 share one prometheus-client multiprocess directory (`plumbing.metrics`; `PROMETHEUS_MULTIPROC_DIR`
 or a temporary one), emptied at start and at exit, so `/metrics` sums every process of this run.
 
-Ctrl-C or SIGTERM stops all children (workers get SIGTERM and finish their in-flight work); if
-one child exits, the others are stopped too and the exit code is non-zero, so a supervisor sees
-the failure instead of a half-running service.
+A child that dies (crash, OOM kill, SIGKILL) is restarted on its own — the others keep running
+— after a backoff of 1 s doubling to 30 s, reset to 1 s once the child had run `STABLE_AFTER`
+seconds; each exit is logged on stderr with the child's name, pid and exit status. A restarted
+web process reuses the same listening socket (`--web-processes`) or binds the port again.
+Ctrl-C or SIGTERM stops all children (workers get SIGTERM and finish their in-flight work;
+a child still running 10 s later is killed) and `serve` exits 0.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.management import get_commands
@@ -34,6 +38,44 @@ from plumbing import metrics
 
 #: Worker commands started beside the web server when they are installed.
 WORKER_COMMANDS = ["card_worker", "outbox_worker", "alert_worker"]
+#: Restart backoff of a child that died: first delay, cap (seconds).
+FIRST_RESTART_DELAY = 1.0
+MAX_RESTART_DELAY = 30.0
+#: A child that ran this many seconds before dying counts as stable: its backoff starts over.
+STABLE_AFTER = 60.0
+#: Seconds between two looks at the children.
+POLL_INTERVAL = 0.3
+
+
+def restart_delay(previous: float | None, ran_for: float) -> float:
+    """Seconds to wait before restarting a child that died after running `ran_for` seconds,
+    when its previous restart waited `previous` seconds (None: never restarted): 1 s, doubling
+    at each quick death up to 30 s, back to 1 s after a run of `STABLE_AFTER` seconds."""
+    if previous is None or ran_for >= STABLE_AFTER:
+        return FIRST_RESTART_DELAY
+    return min(MAX_RESTART_DELAY, previous * 2)
+
+
+@dataclass
+class Child:
+    """One supervised child: its command line, the fds it inherits, and its restart state."""
+
+    name: str
+    argv: list[str]
+    pass_fds: tuple[int, ...] = ()
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    delay: float | None = None  # the last restart delay (None: not restarted yet)
+    restart_at: float | None = None  # monotonic time of the pending restart
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, pass_fds=self.pass_fds)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
 
 class Command(BaseCommand):
@@ -62,27 +104,37 @@ class Command(BaseCommand):
         metrics.clear_directory()  # exported to the children; counters start at zero
         python = sys.executable
         manage = [python, os.path.abspath(sys.argv[0])]
-        children: dict[str, subprocess.Popen] = {}
+        children: list[Child] = []
+        listeners: list[socket.socket] = []  # kept open: a restarted web process reuses its own
         if web_processes == 1:
-            children["web"] = subprocess.Popen(
-                [python, "-m", "cardloop.webserver", "-b", host, "-p", str(port)]
-                + ["cardloop.asgi:application"]
+            children.append(
+                Child(
+                    "web",
+                    [python, "-m", "cardloop.webserver", "-b", host, "-p", str(port)]
+                    + ["cardloop.asgi:application"],
+                )
             )
         else:
-            for n, listener in enumerate(_listeners(host, port, web_processes), start=1):
-                children[f"web{n}"] = subprocess.Popen(
-                    [python, "-m", "cardloop.webserver", "--fd", str(listener.fileno())]
-                    + ["cardloop.asgi:application"],
-                    pass_fds=(listener.fileno(),),
+            listeners = _listeners(host, port, web_processes)
+            for n, listener in enumerate(listeners, start=1):
+                children.append(
+                    Child(
+                        f"web{n}",
+                        [python, "-m", "cardloop.webserver", "--fd", str(listener.fileno())]
+                        + ["cardloop.asgi:application"],
+                        pass_fds=(listener.fileno(),),
+                    )
                 )
-                listener.close()  # the child has its own copy
         if not no_workers:
             available = get_commands()
             for name in WORKER_COMMANDS:
                 if name in available:
-                    children[name] = subprocess.Popen([*manage, name])
+                    children.append(Child(name, [*manage, name]))
+        for child in children:
+            child.start()
+        names = ", ".join(child.name for child in children)
         base = f"http://{host}:{port}"
-        self.stdout.write(f"Starting Cardloop ({', '.join(children)}) ...")
+        self.stdout.write(f"Starting Cardloop ({names}) ...")
         self.stdout.flush()
         banner = self.style.SUCCESS(
             f"Cardloop is listening on {base}/\n"
@@ -90,7 +142,7 @@ class Command(BaseCommand):
             f"  dashboard: {base}/dashboard/\n"
             f"  API docs:  {base}/api/docs/\n"
             f"  metrics:   {base}/metrics\n"
-            f"  processes: {', '.join(children)}\n"
+            f"  processes: {names}\n"
             "Press Ctrl-C to stop."
         )
         announced = False
@@ -103,33 +155,52 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        exit_code = 0
         try:
             while not stopping:
                 if not announced and _answers(host, port):
                     announced = True
                     self.stdout.write(banner)
                     self.stdout.flush()
-                for name, proc in children.items():
-                    if proc.poll() is not None:
-                        self.stderr.write(f"{name} exited with status {proc.returncode}; stopping.")
-                        exit_code = proc.returncode or 1
-                        stopping = True
-                        break
-                time.sleep(0.3)
+                self._supervise(children)
+                time.sleep(POLL_INTERVAL)
         finally:
-            for proc in children.values():
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
+            running = [c.process for c in children if c.running()]
+            for proc in running:
+                proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + 10
-            for proc in children.values():
+            for proc in running:
                 try:
                     proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
+                    proc.wait()
+            for listener in listeners:
+                listener.close()
             metrics.clear_directory()
-        if exit_code:
-            sys.exit(exit_code)
+
+    def _supervise(self, children: list[Child]) -> None:
+        """Schedule the restart of each child that exited (logging it) and restart the ones
+        whose backoff has passed."""
+        now = time.monotonic()
+        for child in children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.restarts += 1
+                    child.start()
+                    self.stderr.write(
+                        f"{child.name} restarted (pid {child.process.pid}, "
+                        f"restart {child.restarts})"
+                    )
+                continue
+            if child.running():
+                continue
+            child.delay = restart_delay(child.delay, now - child.started_at)
+            child.restart_at = now + child.delay
+            self.stderr.write(
+                f"{child.name} (pid {child.process.pid}) exited with status "
+                f"{child.process.returncode}; restarting in {child.delay:.0f} s"
+            )
+            self.stderr.flush()
 
 
 def _answers(host: str, port: int) -> bool:

@@ -2,9 +2,11 @@
 
 Safe to run in N copies (claims are exclusive, see `plumbing.workqueue`). SIGTERM / SIGINT
 stop it after the update in progress; claimed updates not started yet go back to the queue.
-Stale claims of dead workers are recovered at start and every `--period` seconds, when old
-dedupe rows and finished updates are also swept, and acknowledged clicks whose handler
-never finished (lease run out) are run again (`interactions.callbacks.recovery`). `manage.py serve` starts it beside Daphne.
+Claims are leased: renewed every second while this process lives; claims of dead workers
+(not renewed for `worker.STALE_AFTER`) are recovered at start and every `--recovery-period`
+seconds. Old dedupe rows and finished updates are swept every `--period` seconds, when
+acknowledged clicks whose handler never finished (lease run out) are also run again
+(`interactions.callbacks.recovery`). `manage.py serve` starts it beside Daphne.
 """
 
 from __future__ import annotations
@@ -27,16 +29,23 @@ class Command(BaseCommand):
             "--idle-sleep", type=float, default=0.25, help="Seconds to wait when nothing is due."
         )
         parser.add_argument(
-            "--period", type=float, default=10.0, help="Seconds between recovery/sweep runs."
+            "--period", type=float, default=10.0, help="Seconds between sweep runs."
+        )
+        parser.add_argument(
+            "--recovery-period",
+            type=float,
+            default=1.0,
+            help="Seconds between recoveries of dead workers' expired claims.",
         )
 
-    def handle(self, *args, once, batch, idle_sleep, period, **options):
+    def handle(self, *args, once, batch, idle_sleep, period, recovery_period, **options):
         loop = WorkerLoop(
             lambda: cardworker.run_due(batch, should_stop=loop.stop_event.is_set),
             name="card_worker",
             idle_sleep=idle_sleep,
+            recovery=[cardworker.recover_stale_updates],
+            recovery_period=recovery_period,
             periodic=[
-                cardworker.recover_stale_updates,
                 recovery.recover_expired_claims,
                 inbound.prune_events,
                 cardworker.prune_finished,
