@@ -240,6 +240,59 @@ class Bot(models.Model):
         return bool(self.app_secret_ref)
 
 
+class SlackApp(models.Model):
+    """One Slack app serving a bot as its Slack channel: the app id (part of the request URLs
+    `/slack/<app_id>/…`) and two write-only secrets kept as `secret_ref`s to 0600 files.
+
+    Without a bot token the app runs in dry run (Web API calls are logged, not made).
+    Secrets: the bot token (`xoxb-…`, https://api.slack.com/authentication/token-types) and
+    the signing secret (https://api.slack.com/authentication/verifying-requests-from-slack).
+    """
+
+    #: secret name → the model field holding its ref.
+    SECRET_FIELDS: ClassVar[dict[str, str]] = {
+        "bot_token": "bot_token_ref",
+        "signing_secret": "signing_secret_ref",
+    }
+
+    bot = models.OneToOneField(
+        Bot, on_delete=models.CASCADE, related_name="slack_app", verbose_name=_("bot")
+    )
+    app_id = models.CharField(
+        _("Slack app id"),
+        max_length=32,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^A[A-Z0-9]+\Z",
+                _("Use the App ID from the Slack app's Basic Information page (A…)."),
+            )
+        ],
+        help_text=_("From api.slack.com/apps → Basic Information, e.g. A0123456789."),
+    )
+    bot_token_ref = models.CharField(_("bot token ref"), max_length=80, blank=True, editable=False)
+    signing_secret_ref = models.CharField(
+        _("signing secret ref"), max_length=80, blank=True, editable=False
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        ordering = ["app_id"]
+        verbose_name = _("Slack app")
+        verbose_name_plural = _("Slack apps")
+
+    def __str__(self) -> str:
+        return f"{self.app_id} → {self.bot.name}"
+
+    def secret(self, name: str) -> str:
+        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
+        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
+
+    def has_secret(self, name: str) -> bool:
+        return bool(getattr(self, self.SECRET_FIELDS[name]))
+
+
 class ChatPolicy(models.Model):
     """The policy layer for one (bot, chat) pair: the most specific layer."""
 

@@ -32,6 +32,7 @@ from botadmin.models import (
     DesktopToken,
     FeishuIdentity,
     ManagerToken,
+    SlackApp,
     Team,
     TeamChat,
     TeamMembership,
@@ -618,3 +619,53 @@ __all__ = [
     "sign_in_feishu_user",
     "unbind_team_chat",
 ]
+
+
+def _slack_secret_field(name: str) -> str:
+    try:
+        return SlackApp.SECRET_FIELDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown Slack secret {name!r}; one of {sorted(SlackApp.SECRET_FIELDS)}"
+        ) from None
+
+
+@transaction.atomic
+def set_slack_secret(actor: Any, app: SlackApp, name: str, value: str) -> SlackApp:
+    """Store Slack app secret `name` (`bot_token` or `signing_secret`) in a new 0600 file.
+
+    Same rules as `set_bot_secret`: surrounding whitespace stripped, only the ref kept, the old
+    file removed on commit, audit `secret.set` with "set"/"not set" only. Raises ValueError for
+    an unknown name or an empty value.
+    """
+    field_name = _slack_secret_field(name)
+    value = value.strip() if isinstance(value, str) else ""
+    if not value:
+        raise ValueError("a secret cannot be empty; use clear_slack_secret to remove it")
+    locked = SlackApp.objects.select_for_update().get(pk=app.pk)
+    old_ref = getattr(locked, field_name)
+    new_ref = write_secret(value)
+    setattr(locked, field_name, new_ref)
+    locked.save(update_fields=[field_name, "updated_at"])
+    audit.record(
+        actor, "secret.set", locked, {name: audit.secret_state(old_ref)}, {name: audit.SET}
+    )
+    if old_ref:
+        transaction.on_commit(lambda: delete_secret(old_ref))
+    setattr(app, field_name, new_ref)
+    return app
+
+
+@transaction.atomic
+def clear_slack_secret(actor: Any, app: SlackApp, name: str) -> SlackApp:
+    """Remove Slack app secret `name` (no-op when not set). Audit `secret.cleared`."""
+    field_name = _slack_secret_field(name)
+    locked = SlackApp.objects.select_for_update().get(pk=app.pk)
+    old_ref = getattr(locked, field_name)
+    if old_ref:
+        setattr(locked, field_name, "")
+        locked.save(update_fields=[field_name, "updated_at"])
+        audit.record(actor, "secret.cleared", locked, {name: audit.SET}, {name: audit.NOT_SET})
+        transaction.on_commit(lambda: delete_secret(old_ref))
+    setattr(app, field_name, "")
+    return app

@@ -300,6 +300,8 @@ CARDLOOP_ALERT_INTERVAL = env.float("CARDLOOP_ALERT_INTERVAL", default=30.0)
 CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
 #: Tests only: point every lark-oapi client at a loopback stub (`http://127.0.0.1:<port>`).
 CARDLOOP_LARK_DOMAIN = env.str("CARDLOOP_LARK_DOMAIN", default="")
+# Slack Web API root (tests point it at a loopback stub); must end with "/".
+CARDLOOP_SLACK_API_BASE_URL = env.str("CARDLOOP_SLACK_API_BASE_URL", default="https://slack.com/api/")
 #: Sign in with Feishu: the app_id of the bot whose Feishu/Lark app signs people in (its app
 #: secret exchanges the codes), and the tenant_key of the company that app belongs to (only its
 #: accounts may sign in). Either unset: no sign-in with Feishu.
