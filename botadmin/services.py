@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from botadmin import audit
@@ -307,13 +307,54 @@ def remove_team_member(actor: Any, team: Team, user) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _secret_field(name: str) -> str:
+def _secret_field(model: type[models.Model], name: str, label: str) -> str:
+    """The model field holding secret `name` of `model` (its `SECRET_FIELDS`); raises
+    ValueError naming `label` ("bot", "Slack") for an unknown name."""
     try:
-        return Bot.SECRET_FIELDS[name]
+        return model.SECRET_FIELDS[name]
     except KeyError:
         raise ValueError(
-            f"unknown bot secret {name!r}; one of {sorted(Bot.SECRET_FIELDS)}"
+            f"unknown {label} secret {name!r}; one of {sorted(model.SECRET_FIELDS)}"
         ) from None
+
+
+def _store_secret(actor: Any, obj: models.Model, field_name: str, name: str, value: str):
+    """Write `value` to a new 0600 file, keep its ref on `obj` (row locked), audit
+    `secret.set` ("set"/"not set" only) and remove the old file on commit. Call inside the
+    caller's transaction; `value` is already stripped and non-empty. Returns `obj`."""
+    locked = type(obj).objects.select_for_update().get(pk=obj.pk)
+    old_ref = getattr(locked, field_name)
+    new_ref = write_secret(value)
+    setattr(locked, field_name, new_ref)
+    locked.save(update_fields=[field_name, "updated_at"])
+    audit.record(
+        actor, "secret.set", locked, {name: audit.secret_state(old_ref)}, {name: audit.SET}
+    )
+    if old_ref:
+        transaction.on_commit(lambda: delete_secret(old_ref))
+    setattr(obj, field_name, new_ref)
+    return obj
+
+
+def _drop_secret(actor: Any, obj: models.Model, field_name: str, name: str):
+    """Clear the secret ref `field_name` of `obj` (no-op when not set): audit
+    `secret.cleared`, remove its file on commit. Call inside the caller's transaction."""
+    locked = type(obj).objects.select_for_update().get(pk=obj.pk)
+    old_ref = getattr(locked, field_name)
+    if old_ref:
+        setattr(locked, field_name, "")
+        locked.save(update_fields=[field_name, "updated_at"])
+        audit.record(actor, "secret.cleared", locked, {name: audit.SET}, {name: audit.NOT_SET})
+        transaction.on_commit(lambda: delete_secret(old_ref))
+    setattr(obj, field_name, "")
+    return obj
+
+
+def _stripped_secret(value: Any, clear_function: str) -> str:
+    value = value.strip() if isinstance(value, str) else ""
+    if not value:
+        raise ValueError(f"a secret cannot be empty; use {clear_function} to remove it")
+    return value
 
 
 @transaction.atomic
@@ -325,37 +366,14 @@ def set_bot_secret(actor: Any, bot: Bot, name: str, value: str) -> Bot:
     commit. Audit `secret.set` with `{name: "set"|"not set"}` → `{name: "set"}`. Raises
     ValueError for an unknown name or an empty value.
     """
-    field_name = _secret_field(name)
-    value = value.strip() if isinstance(value, str) else ""
-    if not value:
-        raise ValueError("a secret cannot be empty; use clear_bot_secret to remove it")
-    locked = Bot.objects.select_for_update().get(pk=bot.pk)
-    old_ref = getattr(locked, field_name)
-    new_ref = write_secret(value)
-    setattr(locked, field_name, new_ref)
-    locked.save(update_fields=[field_name, "updated_at"])
-    audit.record(
-        actor, "secret.set", locked, {name: audit.secret_state(old_ref)}, {name: audit.SET}
-    )
-    if old_ref:
-        transaction.on_commit(lambda: delete_secret(old_ref))
-    setattr(bot, field_name, new_ref)
-    return bot
+    field_name = _secret_field(Bot, name, "bot")
+    return _store_secret(actor, bot, field_name, name, _stripped_secret(value, "clear_bot_secret"))
 
 
 @transaction.atomic
 def clear_bot_secret(actor: Any, bot: Bot, name: str) -> Bot:
     """Remove bot secret `name` (no-op when not set). Audit `secret.cleared`: set → not set."""
-    field_name = _secret_field(name)
-    locked = Bot.objects.select_for_update().get(pk=bot.pk)
-    old_ref = getattr(locked, field_name)
-    if old_ref:
-        setattr(locked, field_name, "")
-        locked.save(update_fields=[field_name, "updated_at"])
-        audit.record(actor, "secret.cleared", locked, {name: audit.SET}, {name: audit.NOT_SET})
-        transaction.on_commit(lambda: delete_secret(old_ref))
-    setattr(bot, field_name, "")
-    return bot
+    return _drop_secret(actor, bot, _secret_field(Bot, name, "bot"), name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,15 +639,6 @@ __all__ = [
 ]
 
 
-def _slack_secret_field(name: str) -> str:
-    try:
-        return SlackApp.SECRET_FIELDS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown Slack secret {name!r}; one of {sorted(SlackApp.SECRET_FIELDS)}"
-        ) from None
-
-
 @transaction.atomic
 def set_slack_secret(actor: Any, app: SlackApp, name: str, value: str) -> SlackApp:
     """Store Slack app secret `name` (`bot_token` or `signing_secret`) in a new 0600 file.
@@ -638,34 +647,13 @@ def set_slack_secret(actor: Any, app: SlackApp, name: str, value: str) -> SlackA
     file removed on commit, audit `secret.set` with "set"/"not set" only. Raises ValueError for
     an unknown name or an empty value.
     """
-    field_name = _slack_secret_field(name)
-    value = value.strip() if isinstance(value, str) else ""
-    if not value:
-        raise ValueError("a secret cannot be empty; use clear_slack_secret to remove it")
-    locked = SlackApp.objects.select_for_update().get(pk=app.pk)
-    old_ref = getattr(locked, field_name)
-    new_ref = write_secret(value)
-    setattr(locked, field_name, new_ref)
-    locked.save(update_fields=[field_name, "updated_at"])
-    audit.record(
-        actor, "secret.set", locked, {name: audit.secret_state(old_ref)}, {name: audit.SET}
+    field_name = _secret_field(SlackApp, name, "Slack")
+    return _store_secret(
+        actor, app, field_name, name, _stripped_secret(value, "clear_slack_secret")
     )
-    if old_ref:
-        transaction.on_commit(lambda: delete_secret(old_ref))
-    setattr(app, field_name, new_ref)
-    return app
 
 
 @transaction.atomic
 def clear_slack_secret(actor: Any, app: SlackApp, name: str) -> SlackApp:
     """Remove Slack app secret `name` (no-op when not set). Audit `secret.cleared`."""
-    field_name = _slack_secret_field(name)
-    locked = SlackApp.objects.select_for_update().get(pk=app.pk)
-    old_ref = getattr(locked, field_name)
-    if old_ref:
-        setattr(locked, field_name, "")
-        locked.save(update_fields=[field_name, "updated_at"])
-        audit.record(actor, "secret.cleared", locked, {name: audit.SET}, {name: audit.NOT_SET})
-        transaction.on_commit(lambda: delete_secret(old_ref))
-    setattr(app, field_name, "")
-    return app
+    return _drop_secret(actor, app, _secret_field(SlackApp, name, "Slack"), name)
