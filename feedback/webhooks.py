@@ -34,6 +34,7 @@ import hmac
 import ipaddress
 import logging
 import queue
+import re
 import secrets as pysecrets
 import socket
 import ssl
@@ -299,16 +300,39 @@ def check_addresses(addresses: list[str]) -> list[IP]:
     return checked
 
 
+#: One label of a host name in its ASCII (`xn--`) form: letters, digits and hyphens, 1–63
+#: characters, no hyphen first or last (RFC 1123 §2.1, RFC 952).
+_HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)", re.IGNORECASE)
+#: Whitespace or control characters anywhere in the URL as typed (RFC 3986 §2 admits neither).
+_BAD_URL_CHARACTER = re.compile(r"[\x00-\x20\x7f]")
+
+
+def is_host_name(raw_host: str) -> bool:
+    """True when `raw_host` (ASCII form, e.g. httpx's `raw_host` decoded) is a syntactically
+    valid DNS host name: dot-separated labels per `_HOST_LABEL`, at most 253 characters, one
+    optional trailing dot. `exa mple.com`, `..example.com` and `exa_mple.com` are not."""
+    name = raw_host[:-1] if raw_host.endswith(".") else raw_host
+    if not name or len(name) > 253:
+        return False
+    return all(_HOST_LABEL.fullmatch(label) for label in name.split("."))
+
+
 def parse_url(url: str) -> httpx.URL:
     """Parse a destination URL; raises DestinationRefused(INVALID_DESTINATION) unless it is
-    `https://host[:port]/…` with no userinfo and no fragment, a host that decodes (`xn--`
-    names are IDNA-decoded lazily by httpx, so `.host` itself can raise) and a port in
-    1–65535 (the resolver would silently take 99999 modulo 65536)."""
+    `https://host[:port]/…` with no userinfo and no fragment, no whitespace or control
+    character, a host that is an address literal or a valid host name (`is_host_name`, after
+    IDNA: `xn--` names are decoded lazily by httpx, so `.host` itself can raise) and a port
+    in 1–65535 (the resolver would silently take 99999 modulo 65536)."""
+    if not isinstance(url, str) or _BAD_URL_CHARACTER.search(url):
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "not_a_url")
     try:
         parsed = httpx.URL(url)
         host = parsed.host
+        raw_host = parsed.raw_host.decode("ascii")
     except (httpx.InvalidURL, TypeError, ValueError):  # IDNAError is a ValueError
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "not_a_url") from None
+    if host and literal_address(host) is None and not is_host_name(raw_host):
+        raise DestinationRefused(Outcome.INVALID_DESTINATION, "not_a_url")
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         raise DestinationRefused(Outcome.INVALID_DESTINATION, "bad_port")
     if parsed.scheme != "https":

@@ -142,3 +142,34 @@ def test_a_refused_test_event_is_shown_translated_and_logged_in_english(admin_cl
     assert len(shown) == 1 and "127.0.0.1 是环回地址" in shown[0], shown
     attempt = WebhookAttempt.objects.get()
     assert attempt.error == "blocked_destination: 127.0.0.1 is a loopback address"
+
+
+MALFORMED = [
+    "https://exa mple.com/hook",
+    "https://..example.com/hook",
+    "https://exa_mple.com/hook",
+    "https://-hooks.example.com/hook",
+    "https://hooks.example.com/a b",
+    "https://hooks.example.com/\thook",
+]
+
+
+@pytest.mark.parametrize("url", MALFORMED)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_a_malformed_host_or_raw_whitespace_is_refused_on_both_paths(
+    admin_client, settings, url, allow_private
+):
+    settings.CARDLOOP_WEBHOOK_ALLOW_PRIVATE = allow_private
+    errors = post_admin(admin_client, url, "en")
+    assert errors["url"] == ["This URL is refused: not a valid URL."]
+    with pytest.raises(destinations.InvalidDestination) as refused:
+        save(url)
+    assert refused.value.field == "url"
+    assert not WebhookDestination.objects.exists()
+
+
+def test_an_idn_host_in_either_form_is_accepted(db):
+    for url in ("https://xn--bcher-kva.example/hook", "https://bücher.example/hook"):
+        save(url)
+        assert WebhookDestination.objects.get().url == url
+        WebhookDestination.objects.all().delete()
