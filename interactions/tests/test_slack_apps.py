@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import stat
 
 import pytest
@@ -140,3 +141,21 @@ def test_admin_check_connection_without_token_says_dry_run(staff, slack_stub, ap
     )
     assert "dry run" in resp.content.decode()
     assert slack_stub.calls == []
+
+
+def test_admin_check_connection_says_slack_was_unreachable_not_that_it_refused(
+    staff, app, settings
+):
+    with socket.socket() as closed:  # a loopback port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    settings.CARDLOOP_SLACK_API_BASE_URL = f"http://127.0.0.1:{port}/api/"
+    services.set_slack_secret(None, app, "bot_token", TOKEN)
+    resp = staff.post(
+        reverse("admin:botadmin_slackapp_changelist"),
+        {"action": "check_connection", "_selected_action": [app.pk]},
+        follow=True,
+    )
+    page = resp.content.decode()
+    assert "could not be reached" in page
+    assert "refused the token" not in page

@@ -93,6 +93,16 @@ class SlackAppAdmin(admin.ModelAdmin):
                     % {"app": app.app_id, "team": result.team_id, "user": result.user_id},
                     messages.SUCCESS,
                 )
+            elif result.error == "transport":
+                self.message_user(
+                    request,
+                    gettext(
+                        "%(app)s: Slack could not be reached (network or TLS failure); "
+                        "the token was not checked."
+                    )
+                    % {"app": app.app_id},
+                    messages.ERROR,
+                )
             else:
                 self.message_user(
                     request,
