@@ -48,6 +48,7 @@ import uuid
 from pathlib import Path
 
 from benchdb import ensure_database
+from clicks import feedback_click_payload
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -302,36 +303,14 @@ def main() -> None:
     connection.close()
 
     def click_request(delivery, operator):
-        payload = {
-            "schema": "2.0",
-            "header": {
-                "event_id": uuid.uuid4().hex,
-                "token": VERIFICATION_TOKEN,
-                "create_time": str(int(time.time() * 1000)),
-                "event_type": "card.action.trigger",
-                "tenant_key": "bench_tenant",
-                "app_id": APP_ID,
-            },
-            "event": {
-                "operator": {"tenant_key": "bench_tenant", "open_id": operator},
-                "token": "c-bench",
-                "action": {
-                    "tag": "button",
-                    "name": "fb_conclusive_usable",
-                    "value": {
-                        "kind": "feedback",
-                        "delivery": delivery.delivery_id,
-                        "key": "conclusive_usable",
-                        "rev": "",
-                    },
-                },
-                "host": "im_message",
-                "context": {
-                    "open_message_id": delivery.platform_message_id,
-                    "open_chat_id": "oc_bench",
-                },
-            },
-        }
+        payload = feedback_click_payload(
+            delivery_id=delivery.delivery_id,
+            open_message_id=delivery.platform_message_id,
+            open_id=operator,
+            app_id=APP_ID,
+            verification_token=VERIFICATION_TOKEN,
+            open_chat_id="oc_bench",
+        )
         raw, headers = seal(payload, encrypt_key=ENCRYPT_KEY)
 
         def check(response):
