@@ -23,6 +23,8 @@ $(VENV)/.deps-$(REQ_HASH): $(BIN)/python requirements.txt requirements-dev.txt
 venv: $(VENV)/.deps-$(REQ_HASH)
 
 ## Set up (virtualenv, install, migrate, demo data) and serve on http://$(HOST):$(PORT)/
+# the address `seed_demo` prints and alert cards link to, unless CARDLOOP_PUBLIC_URL is set
+run: export CARDLOOP_PUBLIC_URL ?= http://$(HOST):$(PORT)
 run: venv
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py migrate --noinput
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py seed_demo

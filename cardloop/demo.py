@@ -15,7 +15,9 @@ def print_metrics_token(say: Callable[[str], None]) -> None:
         say("/metrics token: not printed (DEBUG is off; set CARDLOOP_METRICS_TOKEN)")
         return
     token = settings.CARDLOOP_METRICS_TOKEN
+    # the address the server will answer at: `make run` sets CARDLOOP_PUBLIC_URL from HOST/PORT
+    base = settings.CARDLOOP_PUBLIC_URL.rstrip("/")
     say(
         f"/metrics token: {token}\n"
-        f"    curl -H 'Authorization: Bearer {token}' http://127.0.0.1:8000/metrics"
+        f"    curl -H 'Authorization: Bearer {token}' {base}/metrics"
     )

@@ -120,3 +120,13 @@ def test_demo_api_key_and_callback_secrets_only_with_debug_and_never_printed():
         seed()
     demo.refresh_from_db()
     assert demo.secret("verification_token") == "vt_from_the_admin"
+
+
+@pytest.mark.django_db
+@override_settings(
+    DEBUG=True, CARDLOOP_PUBLIC_URL="http://127.0.0.1:8177/", CARDLOOP_METRICS_TOKEN="cmx_demo"
+)
+def test_seed_demo_prints_the_metrics_curl_for_the_address_the_server_answers_at():
+    out = seed()
+    assert "curl -H 'Authorization: Bearer cmx_demo' http://127.0.0.1:8177/metrics" in out
+    assert ":8000" not in out
