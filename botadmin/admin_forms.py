@@ -556,12 +556,20 @@ class BotForm(PolicyLayerModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        for name in Bot.SECRET_FIELDS:
-            if cleaned.get(name) and cleaned.get(f"clear_{name}"):
-                self.add_error(
-                    f"clear_{name}", gettext("Either enter a new value or clear it, not both.")
-                )
+        refuse_set_and_clear(self, cleaned, Bot.SECRET_FIELDS)
         return cleaned
+
+
+def refuse_set_and_clear(form: forms.Form, cleaned: dict, names) -> None:
+    """Add a form error on `clear_<name>` for every write-only secret `name` of `names` that
+    was given a new value and ticked "clear" in the same save: either would silently undo the
+    other, so the person is asked to choose. Shared by every admin form with write-only secrets
+    (bots' Feishu secrets, Slack apps)."""
+    for name in names:
+        if cleaned.get(name) and cleaned.get(f"clear_{name}"):
+            form.add_error(
+                f"clear_{name}", gettext("Either enter a new value or clear it, not both.")
+            )
 
 
 SECRET_FORM_FIELDS: tuple[str, ...] = tuple(

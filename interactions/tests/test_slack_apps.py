@@ -115,6 +115,23 @@ def test_admin_form_stores_secrets_write_only_and_never_renders_them(staff, make
     assert "Set. Leave blank to keep it." in page
 
 
+def test_admin_refuses_a_new_token_and_clear_in_one_save_and_keeps_the_stored_one(staff, app):
+    services.set_slack_secret(None, app, "bot_token", TOKEN)
+    resp = staff.post(
+        reverse("admin:botadmin_slackapp_change", args=[app.pk]),
+        {
+            "bot": app.bot.pk,
+            "app_id": app.app_id,
+            "bot_token": "xoxb-new-token",
+            "clear_bot_token": "on",
+        },
+    )
+    assert resp.status_code == 200
+    assert "Either enter a new value or clear it, not both." in resp.content.decode()
+    app.refresh_from_db()
+    assert app.secret("bot_token") == TOKEN
+
+
 def test_admin_rejects_an_app_id_that_is_not_slacks(staff, make_bot):
     bot = make_bot(app_id="cli_slack_bad")
     resp = staff.post(reverse("admin:botadmin_slackapp_add"), {"bot": bot.pk, "app_id": "cli_x"})

@@ -15,6 +15,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from botadmin import services
+from botadmin.admin_forms import refuse_set_and_clear
 from botadmin.models import SlackApp
 from interactions.channels.slack import webapi
 
@@ -48,6 +49,11 @@ class SlackAppForm(forms.ModelForm):
             self.fields[name].help_text = (
                 gettext("Set. Leave blank to keep it.") if is_set else gettext("Not set.")
             )
+
+    def clean(self):
+        cleaned = super().clean()
+        refuse_set_and_clear(self, cleaned, SlackApp.SECRET_FIELDS)
+        return cleaned
 
 
 @admin.register(SlackApp)
