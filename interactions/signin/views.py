@@ -92,6 +92,11 @@ def callback(request):
     from interactions.lark import oauth  # lark-oapi takes seconds to import: on first use
     from interactions.lark.client import LarkApiError
 
+    # not set up is checked first: a state can only have been issued by a configured sign-in,
+    # so "expired" would be the wrong reason for a Cardloop that has none
+    bot = service.signin_bot()
+    if bot is None:
+        return refused(request, "not_configured")
     next_url = service.take_state(request.session, request.GET.get("state", ""))
     if next_url is None:
         return refused(request, "bad_state")
@@ -100,9 +105,6 @@ def callback(request):
     code = request.GET.get("code", "")
     if not code or len(code) > oauth.MAX_PARAM_LENGTH:
         return refused(request, "bad_state")
-    bot = service.signin_bot()
-    if bot is None:
-        return refused(request, "not_configured")
     try:
         account = oauth.fetch_account(bot, code)
     except LarkApiError as exc:

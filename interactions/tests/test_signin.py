@@ -193,6 +193,12 @@ def test_sign_in_pages_offer_feishu_only_when_it_is_set_up(feishu_oauth, setting
     assert off.status_code == 404 and b'data-reason="not_configured"' in off.content
 
 
+def test_a_callback_on_a_cardloop_without_sign_in_says_it_is_not_set_up_not_expired(settings):
+    settings.CARDLOOP_FEISHU_SIGNIN_TENANT = ""
+    off = english().get("/auth/feishu/callback", {"state": "s", "code": "c"})
+    assert off.status_code == 404 and b'data-reason="not_configured"' in off.content
+
+
 def test_next_must_stay_on_this_site(feishu_oauth):
     client = english()
     params = authorize(client, "https://evil.example/steal")
