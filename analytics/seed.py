@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from analytics.models import DeliveryRatingCounts, ReviewItem
 from botadmin.models import Bot, Chat, Team, TeamChat
+from feedback import envelopes
 from feedback.models import (
     Delivery,
     Event,
@@ -301,6 +302,7 @@ def build(
         )[0]
         for i in range(1, 5)
     ]
+    app_of = {bot.id: bot.app_id for bot in bots}
     chats = []
     for t_index, team in enumerate(teams):
         for c in range(8):
@@ -431,11 +433,9 @@ def build(
                         }
                     )
             if status in ("completed", "failed") and rng.random() < 0.08:
-                _event_and_outbox(
-                    rows, take, rng, hook, did, team.id, rows[Delivery][-1]["bot_id"], finished
-                )
+                _event_and_outbox(rows, take, rng, hook, rows[Delivery][-1], team.id, app_of, finished)
             if rng.random() < 0.002:
-                _event_and_outbox(rows, take, rng, hook, None, team.id, bots[0].id, finished)
+                _event_and_outbox(rows, take, rng, hook, None, team.id, app_of, finished, bots[0].id)
         with transaction.atomic():
             bulk = connection.vendor == "postgresql"
             if bulk:
@@ -491,18 +491,69 @@ def _rollup_rows(deliveries: list[dict], latest: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def _event_and_outbox(rows, take, rng, hook, delivery_id, team_id, bot_id, at) -> None:
+def _event_and_outbox(rows, take, rng, hook, delivery, team_id, app_of, at, bot_id=None) -> None:
+    """An event and its outbox row: `turn.completed` of `delivery` (a delivery row dict), or
+    with `delivery=None` an `interaction.resolved` of an approval by bot `bot_id`. The body is
+    the envelope CONTRACT.md §5.2 gives for the type, built from the seeded row, so the event
+    feed and the outbox show what real events look like."""
     eid = take(Event)
+    event_id = f"evt_seed_{eid}"
+    if delivery is not None:
+        bot_id = delivery["bot_id"]
+        type_ = "turn.completed"
+        data = {
+            "delivery_id": delivery["delivery_id"],
+            "bot_app_id": app_of[bot_id],
+            "session_id": delivery["session_id"],
+            "turn_id": delivery["turn_id"],
+            "attempt": 1,
+            "status": delivery["status"],
+            "sent_at": envelopes.rfc3339(delivery["created_at"]),
+            "completed_at": envelopes.rfc3339(delivery["completed_at"]),
+            "content_hash": "",
+            "platform_message_id": delivery["platform_message_id"],
+            "topic_id": delivery["topic_id"],
+            "duration_ms": delivery["duration_ms"],
+            "cli_id": delivery["cli_id"],
+            "cli_version": delivery["cli_version"],
+            "model": delivery["model"],
+            "skill_name": delivery["skill_name"],
+            "skill_version": delivery["skill_version"],
+            "workflow_id": delivery["workflow_id"],
+            "task_id": delivery["task_id"],
+        }
+    else:
+        type_ = "interaction.resolved"
+        data = {
+            "interaction_id": f"ia_seed_{eid}",
+            "kind": "approval",
+            "status": "resolved",
+            "bot_app_id": app_of[bot_id],
+            "channel": "feishu",
+            "chat_id": None,
+            "session_id": f"sess_seed_{eid}",
+            "request_id": f"req_seed_{eid}",
+            "tool": "Bash",
+            "platform_message_id": None,
+            "resolution": {
+                "action_id": "approve",
+                "value": "approve",
+                "operator": "ou_seed_reviewer",
+                "via": "card",
+                "at": envelopes.rfc3339(at),
+            },
+        }
+    body = envelopes.serialize(envelopes.envelope(event_id, type_, at, data))
     rows[Event].append(
         {
             "id": eid,
-            "event_id": f"evt_seed_{eid}",
-            "type": "turn.completed" if delivery_id else "interaction.resolved",
+            "event_id": event_id,
+            "type": type_,
             "version": 1,
             "bot_id": bot_id,
             "team_id": team_id,
-            "delivery_id": delivery_id,
-            "body": "{}",
+            "delivery_id": delivery["id"] if delivery is not None else None,
+            "body": body,
             "created_at": at,
         }
     )
@@ -512,7 +563,7 @@ def _event_and_outbox(rows, take, rng, hook, delivery_id, team_id, bot_id, at) -
             "id": take(OutboxItem),
             "event_id": eid,
             "destination_id": hook.id,
-            "body": "{}",
+            "body": body,
             "status": status,
             "attempts": 1 if status == "done" else rng.randint(3, 12),
             "next_attempt_at": at,

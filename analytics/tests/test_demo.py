@@ -81,3 +81,22 @@ def test_the_seeders_reset_also_removes_the_demo_queues_items():
     assert deleted["analytics.ReviewItem"] > 0
     assert seed.seed_delivery_count() == 0 and not ReviewItem.objects.exists()
     assert ReviewQueue.objects.filter(name=demo.QUEUE_NAME).exists()  # the queue itself stays
+
+
+@pytest.mark.django_db
+def test_seeded_events_and_outbox_rows_carry_the_envelope_of_their_type():
+    import json
+
+    seed.build(3000, days=30)
+    events = list(Event.objects.select_related("delivery", "bot"))
+    assert {e.type for e in events} == {"turn.completed", "interaction.resolved"}
+    for event in events:
+        body = json.loads(event.body)
+        assert (body["id"], body["type"], body["version"]) == (event.event_id, event.type, 1)
+        assert body["data"]["bot_app_id"] == event.bot.app_id
+        if event.type == "turn.completed":
+            assert body["data"]["delivery_id"] == event.delivery.delivery_id
+            assert body["data"]["status"] == event.delivery.status
+        else:
+            assert body["data"]["resolution"]["via"] == "card"
+        assert {o.body for o in event.outbox_items.all()} == {event.body}
