@@ -124,6 +124,9 @@ class TurnTerminalView(APIView):
         return Response(body, status=status.HTTP_201_CREATED if result.created else 200)
 
 
+CURSOR_REFUSED = _("Not a cursor from this feed; start without one or use the last 'next'.")
+
+
 class FeedQuerySerializer(serializers.Serializer):
     """Query of `GET /api/v1/events`."""
 
@@ -137,9 +140,7 @@ class FeedQuerySerializer(serializers.Serializer):
         try:
             events.decode_cursor(value)
         except events.InvalidCursor:
-            raise serializers.ValidationError(
-                _("Not a cursor from this feed; start without one or use the last 'next'.")
-            ) from None
+            raise serializers.ValidationError(CURSOR_REFUSED) from None
         return value
 
     def validate_types(self, value):
@@ -245,7 +246,10 @@ class EventFeedView(AsyncAPIView):
         def read() -> events.FeedPage:
             return _read_page(bot, params.get("after"), params.get("types"), params["limit"])
 
-        page = await sync_to_async(read)()
+        try:
+            page = await sync_to_async(read)()
+        except events.InvalidCursor:  # well-formed, but past the feed's end
+            raise ApiError("invalid", {"after": [str(CURSOR_REFUSED)]}, 400) from None
         if wait > 0 and not page.bodies:
             page = await wait_for_events(bot, wait, read)
         return HttpResponse(page.to_json(), content_type="application/json")

@@ -334,10 +334,16 @@ def feed_page(
 
     Sequences newly committed events first (`sequence_events`). `bot`: only that bot's events
     (bot API key callers); None = all (staff). `types`: only these types (members of
-    FEED_TYPES; None/empty = all). `limit`: 1..1000. Raises InvalidCursor for a foreign cursor.
+    FEED_TYPES; None/empty = all). `limit`: 1..1000. Raises InvalidCursor for a foreign cursor
+    or one past the feed's end (which no page issued).
     """
     position = decode_cursor(after) if after else 0
     sequence_events()
+    if position and position > (Event.objects.aggregate(top=Max("seq"))["top"] or 0):
+        # well-formed but past the feed's end: no page ever issued it (a `next` is always a
+        # position already handed out), and accepting it would hold a poller silently until
+        # the feed grew past it
+        raise InvalidCursor("beyond the end of this feed")
     qs = Event.objects.in_feed()
     if bot is not None:
         qs = qs.for_bot(bot)

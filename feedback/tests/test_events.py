@@ -235,6 +235,20 @@ def test_bad_feed_parameters_are_a_400_naming_the_field(bot_client, params, fiel
     assert field in response.json()["detail"]
 
 
+def test_a_well_formed_cursor_past_the_feeds_end_is_a_400_not_a_silent_stall(bot_client):
+    mine = _emit_many(bot_client.bot, 2)
+    last = bot_client.get(FEED).json()["next"]
+    assert events.decode_cursor(last) == 2
+    for wait in ("0", "1"):
+        response = bot_client.get(FEED, {"after": events.encode_cursor(3), "wait": wait})
+        assert response.status_code == 400
+        assert response.json()["error"] == "invalid" and "after" in response.json()["detail"]
+    # the last cursor the feed issued is still good, and so is one into the middle
+    assert bot_client.get(FEED, {"after": last}).json()["events"] == []
+    middle = bot_client.get(FEED, {"after": events.encode_cursor(1)}).json()["events"]
+    assert [e["id"] for e in middle] == mine[1:]
+
+
 def test_feed_authentication(client, django_user_model, db):
     assert client.get(FEED).status_code == 401
     user = django_user_model.objects.create_user("manager", password="pw", is_staff=False)
