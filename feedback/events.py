@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Max, Value, When
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from feedback.envelopes import PRIVATE_FIELDS, envelope, rfc3339, serialize, stable_event_id
@@ -275,7 +275,7 @@ def sequence_events(*, batch: int = 1000, max_batches: int = 20) -> int:
             pks = list(Event.objects.unsequenced().values_list("pk", flat=True)[:batch])
             if not pks:
                 break
-            base = Event.objects.aggregate(top=Max("seq"))["top"] or 0
+            base = Event.objects.feed_head()
             Event.objects.filter(pk__in=pks).update(
                 seq=Case(*(When(pk=pk, then=Value(base + n)) for n, pk in enumerate(pks, 1)))
             )
@@ -339,17 +339,17 @@ def feed_page(
     """
     position = decode_cursor(after) if after else 0
     sequence_events()
-    if position and position > (Event.objects.aggregate(top=Max("seq"))["top"] or 0):
-        # well-formed but past the feed's end: no page ever issued it (a `next` is always a
-        # position already handed out), and accepting it would hold a poller silently until
-        # the feed grew past it
-        raise InvalidCursor("beyond the end of this feed")
     qs = Event.objects.in_feed()
     if bot is not None:
         qs = qs.for_bot(bot)
     if types:
         qs = qs.of_types(types)
     rows = list(qs.after_position(position).values_list("seq", "body")[: limit + 1])
+    if not rows and position > Event.objects.feed_head():
+        # well-formed but past the feed's end: no page ever issued it (a `next` is always a
+        # position already handed out), and accepting it would hold a poller silently until
+        # the feed grew past it. Only an empty page can be past the end, so only it asks.
+        raise InvalidCursor("beyond the end of this feed")
     has_more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = encode_cursor(rows[-1][0] if rows else position)

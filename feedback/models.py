@@ -14,7 +14,7 @@ import json
 from typing import ClassVar
 
 from django.db import connection, models
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -493,6 +493,10 @@ class EventQuerySet(InsertQuerySet):
     def after_position(self, seq: int):
         """Sequenced events after feed position `seq`, in feed order."""
         return self.filter(seq__gt=seq).order_by("seq")
+
+    def feed_head(self) -> int:
+        """The highest feed position handed out so far (0 for an empty feed)."""
+        return self.aggregate(top=Max("seq"))["top"] or 0
 
     def unsequenced(self):
         """Committed events that have no feed position yet, oldest first."""
