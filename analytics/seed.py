@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from analytics.models import DeliveryRatingCounts, ReviewItem
 from botadmin.models import Bot, Chat, Team, TeamChat
-from feedback import envelopes
+from feedback import envelopes, events
 from feedback.models import (
     Delivery,
     Event,
@@ -302,7 +302,6 @@ def build(
         )[0]
         for i in range(1, 5)
     ]
-    app_of = {bot.id: bot.app_id for bot in bots}
     chats = []
     for t_index, team in enumerate(teams):
         for c in range(8):
@@ -311,6 +310,8 @@ def build(
             )
             TeamChat.objects.get_or_create(team=team, chat=chat)
             chats.append((chat, t_index))
+    bot_of = {bot.id: bot for bot in bots}
+    chat_of = {chat.id: chat for chat, _ in chats}
     hook, _ = WebhookDestination.objects.get_or_create(
         name="seed-hook",
         defaults={"url": "https://hooks.example.com/seed", "event_types": ["turn.completed"]},
@@ -433,9 +434,9 @@ def build(
                         }
                     )
             if status in ("completed", "failed") and rng.random() < 0.08:
-                _event_and_outbox(rows, take, rng, hook, rows[Delivery][-1], team.id, app_of, finished)
+                _event_and_outbox(rows, take, rng, hook, rows[Delivery][-1], team.id, finished, bot_of=bot_of, chat_of=chat_of)
             if rng.random() < 0.002:
-                _event_and_outbox(rows, take, rng, hook, None, team.id, app_of, finished, bots[0].id)
+                _event_and_outbox(rows, take, rng, hook, None, team.id, finished, bots[0].id, bot_of=bot_of, chat_of=chat_of)
         with transaction.atomic():
             bulk = connection.vendor == "postgresql"
             if bulk:
@@ -491,9 +492,12 @@ def _rollup_rows(deliveries: list[dict], latest: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def _event_and_outbox(rows, take, rng, hook, delivery, team_id, app_of, at, bot_id=None) -> None:
+def _event_and_outbox(
+    rows, take, rng, hook, delivery, team_id, at, bot_id=None, *, bot_of, chat_of
+) -> None:
     """An event and its outbox row: `turn.completed` of `delivery` (a delivery row dict), or
-    with `delivery=None` an `interaction.resolved` of an approval by bot `bot_id`. The body is
+    with `delivery=None` an `interaction.resolved` of an approval by bot `bot_id` (`bot_of`,
+    `chat_of`: the seeded bots and chats by id). The body is
     the envelope CONTRACT.md §5.2 gives for the type, built from the seeded row, so the event
     feed and the outbox show what real events look like."""
     eid = take(Event)
@@ -501,34 +505,17 @@ def _event_and_outbox(rows, take, rng, hook, delivery, team_id, app_of, at, bot_
     if delivery is not None:
         bot_id = delivery["bot_id"]
         type_ = "turn.completed"
-        data = {
-            "delivery_id": delivery["delivery_id"],
-            "bot_app_id": app_of[bot_id],
-            "session_id": delivery["session_id"],
-            "turn_id": delivery["turn_id"],
-            "attempt": 1,
-            "status": delivery["status"],
-            "sent_at": envelopes.rfc3339(delivery["created_at"]),
-            "completed_at": envelopes.rfc3339(delivery["completed_at"]),
-            "content_hash": "",
-            "platform_message_id": delivery["platform_message_id"],
-            "topic_id": delivery["topic_id"],
-            "duration_ms": delivery["duration_ms"],
-            "cli_id": delivery["cli_id"],
-            "cli_version": delivery["cli_version"],
-            "model": delivery["model"],
-            "skill_name": delivery["skill_name"],
-            "skill_version": delivery["skill_version"],
-            "workflow_id": delivery["workflow_id"],
-            "task_id": delivery["task_id"],
-        }
+        # the seeded row as an unsaved delivery, so `data` is exactly what a real one sends
+        unsaved = Delivery(**delivery)
+        unsaved.bot, unsaved.chat = bot_of[bot_id], chat_of[delivery["chat_id"]]
+        data = events.turn_completed_data(unsaved)
     else:
         type_ = "interaction.resolved"
         data = {
             "interaction_id": f"ia_seed_{eid}",
             "kind": "approval",
             "status": "resolved",
-            "bot_app_id": app_of[bot_id],
+            "bot_app_id": bot_of[bot_id].app_id,
             "channel": "feishu",
             "chat_id": None,
             "session_id": f"sess_seed_{eid}",
