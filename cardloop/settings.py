@@ -314,7 +314,7 @@ CARDLOOP_WEBHOOK_MAX_ATTEMPTS = env.int("CARDLOOP_WEBHOOK_MAX_ATTEMPTS", default
 #: Extra CA bundle (PEM) webhook receivers' certificates may chain to, besides certifi's
 #: (tests: the trustme CA; production: a private PKI). Empty = certifi only.
 CARDLOOP_WEBHOOK_CA_FILE = env.str("CARDLOOP_WEBHOOK_CA_FILE", default="")
-#: Seconds a Feishu callback handler may run before it is answered with an info toast.
+#: Seconds a Feishu callback handler may run before the budget answers it (docs/CONTRACT.md).
 #: Feishu waits 3 s, counted on its side, network included: 2.0 keeps 0.5 s for the network
 #: between Feishu and Cardloop and 0.5 s for a loaded server's lateness (measured 22–60 ms
 #: over loopback on a loaded 2-core machine); docs/CONTRACT.md, "3 seconds".

@@ -46,12 +46,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -160,21 +161,66 @@ def try_again() -> dict[str, Any]:
     )
 
 
+def busy() -> dict[str, Any]:
+    """The answer of a click that was still waiting for a handler thread when the budget ran
+    out: its handler had not begun, and it never will for this delivery (`Attempt.abandon`),
+    so nothing is recorded and the person is asked to click again — the database is fine, the
+    process was only busy, so the toast does not blame the database."""
+    return _toast(
+        "warning",
+        _("Cardloop is busy and has not recorded this click. Please try again in a moment."),
+    )
+
+
 @dataclass
 class Attempt:
-    """One card action being answered, as the thread keeping the budget sees it: `claimed`
-    turns True once the click's claim is written (from then on it will be recorded, and
-    "still working" is true). Shared between the handler thread and the waiting one."""
+    """One card action being answered, as the thread keeping the budget and the handler
+    thread both see it (shared between them; every change under `lock`).
+
+    - `started`: the handler began writing the click's claim (`begin_claim`);
+    - `claimed`: the claim is written (from then on the click will be recorded, and "still
+      working" is true);
+    - `abandoned`: the budget answered before the claim began (`budget_answer`): the handler
+      must not claim it any more, so "nothing was recorded" stays true.
+    """
 
     claimed: bool = False
+    started: bool = False
+    abandoned: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def begin_claim(self) -> bool:
+        """The handler is about to write the claim: True, unless the budget already answered
+        for this click (then False and the handler stops without writing anything)."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            self.started = True
+            return True
+
+    def mark_claimed(self) -> None:
+        """The claim is written."""
+        with self.lock:
+            self.claimed = True
 
 
 def budget_answer(attempt: Attempt | None) -> dict[str, Any]:
-    """The answer when the budget ran out: `still_working()` for a claimed click (or when
-    nothing is known of it), `try_again()` when its claim was never written."""
-    if attempt is None or attempt.claimed:
+    """The answer when the budget ran out:
+
+    - `still_working()` for a claimed click (or when nothing is known of it);
+    - `try_again()` when its claim was being written but is not yet (the database did not
+      answer in time; if the claim lands later the click is recorded and a retry is told so);
+    - `busy()` when the claim had not begun (the click waited for a handler thread): the
+      attempt is abandoned, so its handler never writes it and nothing is recorded."""
+    if attempt is None:
         return still_working()
-    return try_again()
+    with attempt.lock:
+        if attempt.claimed:
+            return still_working()
+        if attempt.started:
+            return try_again()
+        attempt.abandoned = True
+        return busy()
 
 
 #: Tries of one claimed click's handler transaction in its thread when it fails with a
@@ -275,7 +321,7 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
             answer = future.result(timeout=budget())
     except FutureTimeout:
         log.warning(
-            "card action %s of %s ran past the %gs budget; answered with an info toast",
+            "card action %s of %s ran past the %gs budget; answered by the budget",
             _event_id(payload),
             bot.app_id,
             budget(),
@@ -290,7 +336,7 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
                 bot.app_id,
                 type(exc).__name__,
             )
-            answer = budget_answer(attempt)
+            answer = still_working() if attempt.claimed else try_again()
         else:
             log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
             answer = _toast(
@@ -337,9 +383,13 @@ def _answer_card_action(
     action, refusal = _verified_action(bot, payload)
     if not event_id:
         log.warning("card action of %s without header.event_id: cannot deduplicate", bot.app_id)
-        attempt.claimed = True
+        if not attempt.begin_claim():
+            return _abandoned(bot, event_id)
+        attempt.mark_claimed()
         with cards.holding(hold):
             return refusal if refusal is not None else run_claim(bot, None, action)
+    if not attempt.begin_claim():
+        return _abandoned(bot, event_id)
     try:
         row, outcome = inbound.claim_card_action(
             bot, event_id, action.to_stored() if refusal is None else None
@@ -355,7 +405,7 @@ def _answer_card_action(
         )
         transient.reset_connection()
         return try_again()
-    attempt.claimed = True
+    attempt.mark_claimed()
     if outcome == inbound.DUPLICATE:
         log.info("card action %s of %s is a duplicate; not handled again", event_id, bot.app_id)
         return inbound.duplicate_answer(row)
@@ -371,6 +421,16 @@ def _answer_card_action(
         return refusal
     with cards.holding(hold):
         return run_claim(bot, row.pk, action)
+
+
+def _abandoned(bot, event_id: str) -> dict[str, Any]:
+    log.warning(
+        "card action %s of %s waited past the budget for a handler thread; not handled "
+        "(the person was asked to try again)",
+        event_id or "(no id)",
+        bot.app_id,
+    )
+    return busy()
 
 
 def _verified_action(bot, payload):

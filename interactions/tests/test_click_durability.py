@@ -482,8 +482,43 @@ def test_sqlite_readyz_reports_a_write_lock_it_cannot_take(client):
 
 
 def test_a_click_whose_claim_cannot_be_written_in_time_is_asked_to_try_again():
-    answer = dispatcher.budget_answer(dispatcher.Attempt(claimed=False))
+    answer = dispatcher.budget_answer(dispatcher.Attempt(started=True))
     assert answer["toast"]["type"] == "warning"
+    assert "database" in answer["toast"]["i18n"]["en_us"]
     assert "try again" in answer["toast"]["i18n"]["en_us"]
     assert answer["toast"]["i18n"]["zh_cn"] != answer["toast"]["i18n"]["en_us"]  # translated
     assert dispatcher.budget_answer(dispatcher.Attempt(claimed=True)) == dispatcher.still_working()
+
+
+def test_a_click_still_queued_for_a_handler_thread_at_the_budget_is_told_busy_and_never_recorded(
+    lark_bot, settings
+):
+    """Every handler thread is busy past the budget: the queued click is answered "busy, try
+    again" (not "cannot reach the database": the database is fine) and, when a thread frees
+    up, its handler writes nothing — so "not recorded" stays true and the person's retry is
+    the click that counts."""
+    settings.CARDLOOP_LARK_DRY_RUN = True
+    settings.CARDLOOP_CALLBACK_BUDGET = 0.3
+    delivery = _delivery(lark_bot, "turn-busy")
+    release = threading.Event()
+    blockers = [
+        dispatcher.POOL.submit(release.wait, 30) for _ in range(settings.CARDLOOP_CALLBACK_THREADS)
+    ]
+    try:
+        answer = dispatcher.handle_card_action(lark_bot, _click_body(delivery, "ev-busy"))
+    finally:
+        release.set()
+    for blocker in blockers:
+        blocker.result(10)
+    dispatcher.POOL.submit(lambda: None).result(10)  # the queued click has run by now
+    toast = answer["toast"]
+    assert toast["type"] == "warning"
+    assert "busy" in toast["i18n"]["en_us"] and "database" not in toast["i18n"]["en_us"]
+    assert toast["i18n"]["zh_cn"] != toast["i18n"]["en_us"]
+    assert not InboundEvent.objects.filter(event_id="ev-busy").exists()
+    assert not Revision.objects.filter(delivery=delivery).exists()
+
+    settings.CARDLOOP_CALLBACK_BUDGET = 5.0
+    retried = dispatcher.handle_card_action(lark_bot, _click_body(delivery, "ev-busy-retry"))
+    assert retried["toast"]["type"] == "success", retried
+    assert Revision.objects.filter(delivery=delivery).count() == 1

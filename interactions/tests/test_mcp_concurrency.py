@@ -50,17 +50,24 @@ async def test_fifty_concurrent_calls_across_two_processes_each_get_their_own_an
                 session.call_tool("ask_user_questions", {"questions": QUESTIONS})
             )
             ask = await pending_interaction(session_id, kind="ask", timeout=60)
-            answer = await post_card_action(
-                there,
-                live.bot,
-                "card_action_ask_submit",
-                {
-                    "event.action.value.sessionId": session_id,
-                    "event.action.value.requestId": ask.public_id,
-                    "event.context.open_message_id": om_id,
-                    "event.action.form_value.c0": f"answer {i}",
-                },
-            )
+            for _try in range(5):
+                answer = await post_card_action(
+                    there,
+                    live.bot,
+                    "card_action_ask_submit",
+                    {
+                        "event.action.value.sessionId": session_id,
+                        "event.action.value.requestId": ask.public_id,
+                        "event.context.open_message_id": om_id,
+                        "event.action.form_value.c0": f"answer {i}",
+                    },
+                )
+                # "warning": 25 clicks at once queue for a process's few handler threads;
+                # one not yet claimed at the budget is answered "try again in a moment"
+                # (`dispatcher.budget_answer`) — and the person clicks again
+                if answer["toast"]["type"] != "warning":
+                    break
+                assert "try again" in answer["toast"]["i18n"]["en_us"], answer
             # "info": past the callback budget under this load the handler finishes after
             # the answer ("still working"); the call's result below is what counts
             assert answer["toast"]["type"] in ("success", "info"), answer

@@ -258,7 +258,7 @@ class LarkCallbackApp:
                 response = await asyncio.wait_for(asyncio.shield(answered), dispatcher.budget())
             except TimeoutError:
                 log.warning(
-                    "lark callback of %r ran past the %gs budget; answered with an info toast",
+                    "lark callback of %r ran past the %gs budget; answered by the budget",
                     app_id[:64],
                     dispatcher.budget(),
                 )
