@@ -139,6 +139,25 @@ def test_admin_rejects_an_app_id_that_is_not_slacks(staff, make_bot):
     assert not SlackApp.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [("en", "A Slack app with this app id is already registered."), ("zh-hans", None)],
+)
+def test_admin_refuses_a_second_app_with_the_same_app_id_in_one_clean_sentence(
+    staff, app, make_bot, language, expected
+):
+    staff.defaults["HTTP_ACCEPT_LANGUAGE"] = language
+    bot = make_bot(app_id="cli_slack_dup")
+    resp = staff.post(reverse("admin:botadmin_slackapp_add"), {"bot": bot.pk, "app_id": app.app_id})
+    assert resp.status_code == 200
+    errors = resp.context["adminform"].form.errors["app_id"]
+    assert SlackApp.objects.filter(app_id=app.app_id).count() == 1
+    if expected is not None:
+        assert errors == [expected]
+    else:
+        assert errors == ["已有一个使用此 App ID 的 Slack 应用。"]
+
+
 def test_admin_check_connection_action_reports_the_workspace(staff, slack_stub, app):
     services.set_slack_secret(None, app, "bot_token", TOKEN)
     resp = staff.post(

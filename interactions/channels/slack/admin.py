@@ -41,6 +41,11 @@ class SlackAppForm(forms.ModelForm):
     class Meta:
         model = SlackApp
         fields = ["bot", "app_id"]
+        # Django's own "<model> with this <field> already exists" puts the verbose names of
+        # a mixed Chinese/English model between spaces under zh-hans; one sentence of ours
+        error_messages = {
+            "app_id": {"unique": _("A Slack app with this app id is already registered.")}
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
