@@ -5,7 +5,6 @@ alert — and a second run changes nothing."""
 from __future__ import annotations
 
 import io
-import time
 from datetime import timedelta
 
 import pytest
@@ -37,11 +36,9 @@ def _counts():
 
 @pytest.mark.django_db
 @override_settings(DEBUG=True)
-def test_seed_demo_builds_a_history_a_queue_and_an_alert_once_and_fast():
+def test_seed_demo_builds_a_history_a_queue_and_an_alert_once():
     out = io.StringIO()
-    started = time.monotonic()
     call_command("seed_demo", stdout=out)
-    elapsed = time.monotonic() - started
     text = out.getvalue()
     assert seed.seed_delivery_count() == demo.DEMO_DELIVERIES
     assert "3000/3000 deliveries" in text  # progress is printed
@@ -64,7 +61,6 @@ def test_seed_demo_builds_a_history_a_queue_and_an_alert_once_and_fast():
     assert incident.resolved_at is not None and incident.value < rule.threshold
     assert incident.notice == Alert.Notice.NONE  # replayed history sends no card
     assert Reviewer.objects.filter(user__username="admin").count() == 5
-    assert elapsed < 30
     before = _counts()
     again = io.StringIO()
     call_command("seed_demo", stdout=again)
