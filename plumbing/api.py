@@ -16,7 +16,10 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
+from django.utils import translation
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -109,7 +112,7 @@ def exception_handler(exc, context):
         detail = str(exc.detail)
     elif isinstance(exc, exceptions.ParseError | exceptions.UnsupportedMediaType):
         code = "bad_request"
-        detail = str(exc.detail)
+        detail = _parse_error_detail(str(exc.detail))
     elif isinstance(exc, exceptions.Throttled):
         code = "throttled"
         detail = str(exc.detail)
@@ -122,6 +125,21 @@ def exception_handler(exc, context):
         )
     response.data = error_body(code, detail)
     return response
+
+
+#: How DRF's JSON parser (and `plumbing.parsers.JSONParser`) begins its ParseError; DRF does
+#: not mark that text for translation.
+JSON_PARSE_ERROR_PREFIX = "JSON parse error - "
+
+
+def _parse_error_detail(detail: str) -> str:
+    """`detail` of a ParseError in the request's language: DRF's untranslatable "JSON parse
+    error - <reason>" becomes our sentence around the same reason (the JSON decoder's own
+    locator, e.g. "Expecting value: line 1 column 1 (char 0)", stays as the decoder said)."""
+    if detail.startswith(JSON_PARSE_ERROR_PREFIX):
+        reason = detail[len(JSON_PARSE_ERROR_PREFIX) :]
+        return _("The request body is not valid JSON: %(reason)s") % {"reason": reason}
+    return detail
 
 
 def _roll_back_broken_transactions() -> None:
@@ -141,7 +159,7 @@ def json_error(code: str, detail: Any, status_code: int) -> JsonResponse:
 
 def handler404(request, exception=None):
     return (
-        json_error("not_found", "No such resource.", status.HTTP_404_NOT_FOUND)
+        json_error("not_found", _("No such resource."), status.HTTP_404_NOT_FOUND)
         if _is_api(request)
         else _html_handler("404")(request, exception)
     )
@@ -149,11 +167,11 @@ def handler404(request, exception=None):
 
 def handler500(request):
     if _is_api(request):
-        return json_error("server_error", "Internal error; it has been logged.", 500)
+        return json_error("server_error", _("Internal error; it has been logged."), 500)
     return defaults.server_error(request)
 
 
-NUL_DETAIL = "The URL must not contain NUL (%00) characters."
+NUL_DETAIL = gettext_lazy("The URL must not contain NUL (%00) characters.")
 
 
 class RejectNulInUrlMiddleware(MiddlewareMixin):
@@ -172,9 +190,12 @@ class RejectNulInUrlMiddleware(MiddlewareMixin):
             "\x00" in key or any("\x00" in value for value in query.getlist(key)) for key in query
         ):
             return None
+        # above LocaleMiddleware (no view may see the URL): the request's language by hand
+        with translation.override(translation.get_language_from_request(request)):
+            detail = str(NUL_DETAIL)
         if _is_api(request):
-            return json_error("bad_request", NUL_DETAIL, status.HTTP_400_BAD_REQUEST)
-        return HttpResponseBadRequest(NUL_DETAIL, content_type="text/plain; charset=utf-8")
+            return json_error("bad_request", detail, status.HTTP_400_BAD_REQUEST)
+        return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
 
 
 class ApiErrorShapeMiddleware(MiddlewareMixin):
@@ -197,7 +218,8 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
         if not _is_api(request) or response.get("Content-Type", "").startswith("application/json"):
             return response
         if response.status_code == 404 and settings.DEBUG:
-            return json_error("not_found", "No such resource.", status.HTTP_404_NOT_FOUND)
+            with translation.override(translation.get_language_from_request(request)):
+                return json_error("not_found", _("No such resource."), status.HTTP_404_NOT_FOUND)
         if response.status_code == 400:
             try:
                 request.get_host()

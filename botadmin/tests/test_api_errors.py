@@ -32,6 +32,25 @@ def test_deeply_nested_json_is_a_400_parse_error(bot_client, debug):
     assert response.json()["error"] == "bad_request"
 
 
+@pytest.mark.parametrize(
+    ("language", "sentence"),
+    [("en", "The request body is not valid JSON: "), ("zh-hans", "请求正文不是有效的 JSON：")],
+)
+def test_a_body_that_is_not_json_is_a_400_in_the_readers_language(bot_client, language, sentence):
+    # DRF's own "JSON parse error - …" is not marked for translation
+    response = bot_client.post(
+        "/api/v1/deliveries",
+        data='{"card": ',
+        content_type="application/json",
+        HTTP_ACCEPT_LANGUAGE=language,
+    )
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "bad_request"
+    assert body["detail"].startswith(sentence)
+    assert "line 1" in body["detail"]  # the decoder's locator is kept
+
+
 def test_callback_body_over_the_upload_limit_is_413_json(client, lark_bot, settings, debug):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
     client.raise_request_exception = False
@@ -93,12 +112,15 @@ def test_plain_django_api_view_errors_keep_the_json_shape_in_debug(
 def test_nul_in_the_url_is_a_400_naming_it(bot_client, url):
     # PostgreSQL text cannot hold NUL: such a path segment or query value reached a lookup
     # and failed there with DataError (500). Bodies are covered by the serializers.
-    response = bot_client.get(url)
+    response = bot_client.get(url, HTTP_ACCEPT_LANGUAGE="en")
     assert response.status_code == 400, response.content
     assert response.json() == {
         "error": "bad_request",
         "detail": "The URL must not contain NUL (%00) characters.",
     }
+    # checked above LocaleMiddleware, still in the reader's language
+    chinese = bot_client.get(url, HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert chinese.json()["detail"] == "URL 中不能包含 NUL（%00）字符。"
 
 
 def test_nul_in_an_admin_search_is_a_400(admin_client):

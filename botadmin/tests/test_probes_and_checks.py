@@ -93,23 +93,31 @@ def test_unknown_report_time_zone_is_an_error():
 def test_unknown_api_path_is_a_json_404_also_in_debug(client, settings, debug, path):
     # make run serves with DEBUG on; a bot backend with a typo must still get the API's shape.
     settings.DEBUG = debug
-    response = client.post(path, data="{}", content_type="application/json")
+    response = client.post(
+        path, data="{}", content_type="application/json", HTTP_ACCEPT_LANGUAGE="en"
+    )
     assert response.status_code == 404
     assert response["Content-Type"].startswith("application/json")
     assert response.json() == {"error": "not_found", "detail": "No such resource."}
+    chinese = client.post(
+        path, data="{}", content_type="application/json", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    assert chinese.json() == {"error": "not_found", "detail": "没有这个资源。"}
 
 
 @pytest.mark.django_db
 def test_unexpected_api_error_is_a_json_500_also_in_debug(bot_client, settings, monkeypatch):
     from feedback.event_views import EventFeedView
 
-    def broken(self, request, *args, **kwargs):
+    # async like the handler it replaces: the URLconf (imported by the first request when
+    # this test runs alone) marks the view async only when every handler is
+    async def broken(self, request, *args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(EventFeedView, "get", broken)
     settings.DEBUG = True
     bot_client.raise_request_exception = False
-    response = bot_client.get("/api/v1/events")
+    response = bot_client.get("/api/v1/events", HTTP_ACCEPT_LANGUAGE="en")
     assert response.status_code == 500
     assert response.json() == {
         "error": "server_error",
