@@ -48,7 +48,9 @@ def result(request_id, answers=ANSWERS):
 
 async def connected(raw):
     comm = communicator(raw=raw)
-    ok, _ = await comm.connect()
+    # the handshake reads the token and writes presence: with 20 panels reconnecting at once
+    # on a loaded machine that takes longer than the communicator's 1 s default
+    ok, _ = await comm.connect(timeout=15)
     assert ok
     return comm
 
