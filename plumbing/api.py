@@ -191,7 +191,7 @@ class RejectNulInUrlMiddleware(MiddlewareMixin):
         ):
             return None
         # above LocaleMiddleware (no view may see the URL): the request's language by hand
-        with translation.override(translation.get_language_from_request(request)):
+        with _request_language(request):
             detail = str(NUL_DETAIL)
         if _is_api(request):
             return json_error("bad_request", detail, status.HTTP_400_BAD_REQUEST)
@@ -218,7 +218,7 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
         if not _is_api(request) or response.get("Content-Type", "").startswith("application/json"):
             return response
         if response.status_code == 404 and settings.DEBUG:
-            with translation.override(translation.get_language_from_request(request)):
+            with _request_language(request):
                 return json_error("not_found", _("No such resource."), status.HTTP_404_NOT_FOUND)
         if response.status_code == 400:
             try:
@@ -257,6 +257,12 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
         response = handler500(request)
         response._has_been_logged = True  # django.utils.log.log_response: not a second line
         return response
+
+
+def _request_language(request):
+    """`translation.override` with `request`'s language (Accept-Language, cookie), for the
+    answers of middleware that runs outside LocaleMiddleware's activation."""
+    return translation.override(translation.get_language_from_request(request))
 
 
 def _is_api(request) -> bool:

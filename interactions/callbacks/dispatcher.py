@@ -163,7 +163,7 @@ def try_again() -> dict[str, Any]:
 
 def busy() -> dict[str, Any]:
     """The answer of a click that was still waiting for a handler thread when the budget ran
-    out: its handler had not begun, and it never will for this delivery (`Attempt.abandon`),
+    out: its handler had not begun, and it never will for this delivery (`budget_answer` abandons it),
     so nothing is recorded and the person is asked to click again — the database is fine, the
     process was only busy, so the toast does not blame the database."""
     return _toast(
