@@ -293,6 +293,63 @@ class SlackApp(models.Model):
         return bool(getattr(self, self.SECRET_FIELDS[name]))
 
 
+class TelegramBot(models.Model):
+    """One Telegram bot serving a Cardloop bot as its Telegram channel: the bot's numeric id
+    (the part of its token before ":", what `getMe` answers as `id`; part of the webhook URL
+    `/telegram/<bot_user_id>/webhook`) and two write-only secrets kept as `secret_ref`s to
+    0600 files.
+
+    Without a bot token the bot runs in dry run (Bot API calls are logged, not made).
+    Secrets: the bot token from @BotFather (https://core.telegram.org/bots/api#authorizing-your-bot)
+    and the webhook secret Telegram sends back in `X-Telegram-Bot-Api-Secret-Token`
+    (`setWebhook`'s `secret_token`: 1-256 characters of A-Z a-z 0-9 _ -,
+    https://core.telegram.org/bots/api#setwebhook).
+    """
+
+    #: secret name → the model field holding its ref.
+    SECRET_FIELDS: ClassVar[dict[str, str]] = {
+        "bot_token": "bot_token_ref",
+        "webhook_secret": "webhook_secret_ref",
+    }
+
+    bot = models.OneToOneField(
+        Bot, on_delete=models.CASCADE, related_name="telegram_bot", verbose_name=_("bot")
+    )
+    bot_user_id = models.PositiveBigIntegerField(
+        _("Telegram bot id"),
+        unique=True,
+        help_text=_("The number before ':' in the bot token from @BotFather, e.g. 123456789."),
+    )
+    username = models.CharField(
+        _("Telegram username"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("Without @; shown in the admin only."),
+    )
+    bot_token_ref = models.CharField(_("bot token ref"), max_length=80, blank=True, editable=False)
+    webhook_secret_ref = models.CharField(
+        _("webhook secret ref"), max_length=80, blank=True, editable=False
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        ordering = ["bot_user_id"]
+        verbose_name = _("Telegram bot")
+        verbose_name_plural = _("Telegram bots")
+
+    def __str__(self) -> str:
+        return f"{self.username or self.bot_user_id} → {self.bot.name}"
+
+    def secret(self, name: str) -> str:
+        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
+        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
+
+    def has_secret(self, name: str) -> bool:
+        return bool(getattr(self, self.SECRET_FIELDS[name]))
+
+
 class ChatPolicy(models.Model):
     """The policy layer for one (bot, chat) pair: the most specific layer."""
 

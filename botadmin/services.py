@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,7 @@ from botadmin.models import (
     Team,
     TeamChat,
     TeamMembership,
+    TelegramBot,
 )
 from botadmin.policy import PolicyError, Resolution, resolve, validate_layer
 from plumbing.secretstore import delete_secret, write_secret
@@ -632,6 +635,9 @@ __all__ = [
     "save_chat",
     "save_team",
     "set_bot_secret",
+    "set_telegram_secret",
+    "clear_telegram_secret",
+    "ensure_telegram_webhook_secret",
     "set_chat_policy",
     "set_policy_layer",
     "sign_in_feishu_user",
@@ -657,3 +663,45 @@ def set_slack_secret(actor: Any, app: SlackApp, name: str, value: str) -> SlackA
 def clear_slack_secret(actor: Any, app: SlackApp, name: str) -> SlackApp:
     """Remove Slack app secret `name` (no-op when not set). Audit `secret.cleared`."""
     return _drop_secret(actor, app, _secret_field(SlackApp, name, "Slack"), name)
+
+
+#: What `setWebhook` accepts as `secret_token` (https://core.telegram.org/bots/api#setwebhook).
+TELEGRAM_WEBHOOK_SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}\Z")
+
+
+@transaction.atomic
+def set_telegram_secret(actor: Any, tg: TelegramBot, name: str, value: str) -> TelegramBot:
+    """Store Telegram bot secret `name` (`bot_token` or `webhook_secret`) in a new 0600 file.
+
+    Same rules as `set_bot_secret` (stripped, only the ref kept, old file removed on commit,
+    audit `secret.set` with "set"/"not set" only). Raises ValueError for an unknown name, an
+    empty value, a webhook secret outside 1-256 characters of A-Z a-z 0-9 _ - (what Telegram
+    accepts), or a bot token whose id (before ":") is not the bot's `bot_user_id`.
+    """
+    field_name = _secret_field(TelegramBot, name, "Telegram")
+    value = _stripped_secret(value, "clear_telegram_secret")
+    if name == "webhook_secret" and not TELEGRAM_WEBHOOK_SECRET_RE.match(value):
+        raise ValueError("a webhook secret is 1-256 characters of A-Z a-z 0-9 _ -")
+    if name == "bot_token" and value.split(":", 1)[0] != str(tg.bot_user_id):
+        raise ValueError("the bot token does not belong to this Telegram bot id")
+    return _store_secret(actor, tg, field_name, name, value)
+
+
+@transaction.atomic
+def clear_telegram_secret(actor: Any, tg: TelegramBot, name: str) -> TelegramBot:
+    """Remove Telegram bot secret `name` (no-op when not set). Audit `secret.cleared`."""
+    return _drop_secret(actor, tg, _secret_field(TelegramBot, name, "Telegram"), name)
+
+
+@transaction.atomic
+def ensure_telegram_webhook_secret(actor: Any, tg: TelegramBot) -> str:
+    """The webhook secret of `tg`, generated (32 URL-safe characters) and stored through
+    `set_telegram_secret` when none is set yet. Returns the plain value (for `setWebhook`)."""
+    locked = TelegramBot.objects.select_for_update().get(pk=tg.pk)
+    current = locked.secret("webhook_secret")
+    if current:
+        return current
+    value = secrets.token_urlsafe(24)
+    set_telegram_secret(actor, locked, "webhook_secret", value)
+    tg.webhook_secret_ref = locked.webhook_secret_ref
+    return value

@@ -302,6 +302,10 @@ CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
 CARDLOOP_LARK_DOMAIN = env.str("CARDLOOP_LARK_DOMAIN", default="")
 # Slack Web API root (tests point it at a loopback stub); must end with "/".
 CARDLOOP_SLACK_API_BASE_URL = env.str("CARDLOOP_SLACK_API_BASE_URL", default="https://slack.com/api/")
+# Telegram Bot API root (tests point it at a loopback stub); methods are <root>/bot<token>/<method>.
+CARDLOOP_TELEGRAM_API_BASE_URL = env.str(
+    "CARDLOOP_TELEGRAM_API_BASE_URL", default="https://api.telegram.org"
+)
 #: Sign in with Feishu: the app_id of the bot whose Feishu/Lark app signs people in (its app
 #: secret exchanges the codes), and the tenant_key of the company that app belongs to (only its
 #: accounts may sign in). Either unset: no sign-in with Feishu.

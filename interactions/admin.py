@@ -284,4 +284,5 @@ class ProgressSessionAdmin(ReadOnlyAdmin):
 
 # MCP tokens of the /mcp tool server (read-only; revoke action).
 from interactions.channels.slack import admin as slack_admin  # noqa: E402,F401
+from interactions.channels.telegram import admin as telegram_admin  # noqa: E402,F401
 from interactions.mcp import admin as mcp_admin  # noqa: E402,F401

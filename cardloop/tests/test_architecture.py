@@ -132,3 +132,32 @@ def test_the_leaf_contract_names_every_sibling_of_the_feishu_adapter():
         and (p.suffix == ".py" or (p / "__init__.py").exists())
     }
     assert siblings <= set(leaf["forbidden_modules"])
+
+
+def test_the_telegram_leaf_contract_names_every_other_cardloop_module_it_could_reach():
+    """The Bot API adapter may import nothing of Cardloop: every sibling of `interactions`
+    (but `channels`, its ancestor), every other channel and every other module of the
+    Telegram package must be in its forbidden list."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    source = "interactions.channels.telegram.botapi"
+    (leaf,) = [c for c in config["contracts"] if c.get("source_modules") == [source]]
+    skip = {"tests", "migrations", "locale", "static", "templates", "__init__", "__pycache__"}
+
+    def modules(package: Path, prefix: str) -> set[str]:
+        return {
+            f"{prefix}.{p.stem}"
+            for p in package.iterdir()
+            if p.stem not in skip and (p.suffix == ".py" or (p / "__init__.py").exists())
+        }
+
+    reachable = (
+        modules(ROOT / "interactions", "interactions")
+        | modules(ROOT / "interactions" / "channels", "interactions.channels")
+        | modules(ROOT / "interactions" / "channels" / "telegram", "interactions.channels.telegram")
+    ) - {"interactions.channels", "interactions.channels.telegram", source}
+    assert reachable <= set(leaf["forbidden_modules"])
+    assert {"cardloop", "analytics", "feedback", "botadmin", "plumbing"} <= set(
+        leaf["forbidden_modules"]
+    )

@@ -1,0 +1,194 @@
+"""Telegram bots per Cardloop bot: write-only 0600 secrets (audited as set/not set), the admin
+form, the "check connection" (`getMe`) and "set webhook" (`setWebhook` with `secret_token`)
+actions, and the Bot API adapter (Cardloop's httpx client against the loopback stub): dry
+run without a token, 429 `retry_after` surfaced as a retryable error."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+
+import pytest
+from django.test import override_settings
+from django.urls import reverse
+
+from botadmin import services
+from botadmin.models import AuditEntry, TelegramBot
+from interactions.channels.telegram import botapi
+from plumbing.secretstore import _path
+from tests.telegram_stub import TelegramStub
+
+BOT_ID = 123456789
+TOKEN = f"{BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
+
+
+@pytest.fixture
+def stub():
+    stub = TelegramStub(tokens={TOKEN: "cardloop_stub_bot"}).start()
+    with override_settings(CARDLOOP_TELEGRAM_API_BASE_URL=stub.base_url):
+        yield stub
+    stub.stop()
+
+
+@pytest.fixture
+def staff(admin_client):
+    admin_client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
+    return admin_client
+
+
+@pytest.fixture
+def tg(make_bot):
+    return TelegramBot.objects.create(bot=make_bot(app_id="cli_tg_bot"), bot_user_id=BOT_ID)
+
+
+def test_secrets_are_0600_files_and_the_audit_records_only_set_or_not_set(tg):
+    services.set_telegram_secret(None, tg, "bot_token", f"  {TOKEN}  ")
+    tg.refresh_from_db()
+    assert tg.secret("bot_token") == TOKEN
+    assert stat.S_IMODE(os.stat(_path(tg.bot_token_ref)).st_mode) == 0o600
+    entry = AuditEntry.objects.get(action="secret.set", target_id=str(tg.pk))
+    assert entry.before == {"bot_token": "not set"} and entry.after == {"bot_token": "set"}
+    assert "AAStub" not in str(entry.before) + str(entry.after)
+
+
+def test_a_token_of_another_bot_or_a_webhook_secret_telegram_refuses_is_not_stored(tg):
+    with pytest.raises(ValueError, match="does not belong"):
+        services.set_telegram_secret(None, tg, "bot_token", "987:AAother")
+    with pytest.raises(ValueError, match="A-Z a-z 0-9"):
+        services.set_telegram_secret(None, tg, "webhook_secret", "has space")
+    with pytest.raises(ValueError, match="unknown Telegram secret"):
+        services.set_telegram_secret(None, tg, "app_secret", "x")
+    tg.refresh_from_db()
+    assert not tg.has_secret("bot_token") and not tg.has_secret("webhook_secret")
+
+
+def test_clearing_a_secret_removes_its_file(tg, django_capture_on_commit_callbacks):
+    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
+    tg.refresh_from_db()
+    ref = tg.bot_token_ref
+    with django_capture_on_commit_callbacks(execute=True):
+        services.clear_telegram_secret(None, tg, "bot_token")
+    tg.refresh_from_db()
+    assert tg.bot_token_ref == "" and not _path(ref).exists()
+
+
+def test_check_connection_calls_getme_with_the_stored_token(stub, tg):
+    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
+    tg.refresh_from_db()
+    result = botapi.check_connection(tg.secret("bot_token"), stub.base_url)
+    assert result.ok and result.bot_user_id == BOT_ID and result.username == "cardloop_stub_bot"
+    assert stub.calls == [("getMe", TOKEN, {})]
+
+
+def test_check_connection_reports_telegrams_refusal_of_a_wrong_token(stub):
+    result = botapi.check_connection(f"{BOT_ID}:wrong", stub.base_url)
+    assert not result.ok and result.error == "Unauthorized"
+
+
+def test_without_a_token_nothing_is_called_and_the_log_names_neither_token_nor_text(stub, caplog):
+    with caplog.at_level(logging.INFO, logger="cardloop.telegram"):
+        assert botapi.check_connection("", stub.base_url).dry_run
+        sent = botapi.send_message("", 42, "the secret question text", None, stub.base_url)
+        again = botapi.send_message("", 42, "another", None, stub.base_url)
+    assert sent["dry_run"] and sent["message_id"] < 0 and again["message_id"] != sent["message_id"]
+    assert "sendMessage" in caplog.text and "secret question" not in caplog.text
+    assert stub.calls == []
+
+
+def test_a_429_is_a_retryable_error_carrying_telegrams_retry_after(stub):
+    stub.rate_limit("sendMessage", retry_after=7)
+    with pytest.raises(botapi.TelegramApiError) as err:
+        botapi.send_message(TOKEN, 42, "hi", None, stub.base_url)
+    assert err.value.error_code == 429 and err.value.retryable and err.value.retry_after == 7
+    assert TOKEN not in str(err.value)
+    sent = botapi.send_message(TOKEN, 42, "hi", None, stub.base_url)
+    assert sent["message_id"] > 0
+
+
+def test_a_refused_message_is_a_permanent_error_and_a_transport_failure_a_retryable_one(stub):
+    with pytest.raises(botapi.TelegramApiError) as err:
+        botapi.send_message(TOKEN, 42, "x" * 4097, None, stub.base_url)
+    assert err.value.error_code == 400 and not err.value.retryable
+    with pytest.raises(botapi.TelegramApiError) as err:
+        botapi.send_message(TOKEN, 42, "hi", None, "http://127.0.0.1:9")
+    assert err.value.error_code == -1 and err.value.retryable and TOKEN not in str(err.value)
+
+
+def test_admin_form_stores_secrets_write_only_and_never_renders_them(staff, make_bot):
+    bot = make_bot(app_id="cli_tg_form")
+    resp = staff.post(
+        reverse("admin:botadmin_telegrambot_add"),
+        {"bot": bot.pk, "bot_user_id": BOT_ID, "bot_token": TOKEN, "webhook_secret": "s3cr-t_x"},
+    )
+    assert resp.status_code == 302, resp.content[:2000]
+    tg = TelegramBot.objects.get(bot_user_id=BOT_ID)
+    assert tg.secret("bot_token") == TOKEN and tg.secret("webhook_secret") == "s3cr-t_x"
+    page = staff.get(reverse("admin:botadmin_telegrambot_change", args=[tg.pk])).content.decode()
+    assert TOKEN not in page and "s3cr-t_x" not in page
+    assert "Set. Leave blank to keep it." in page
+
+
+def test_admin_form_names_the_field_of_a_token_of_another_bot(staff, make_bot):
+    bot = make_bot(app_id="cli_tg_other")
+    resp = staff.post(
+        reverse("admin:botadmin_telegrambot_add"),
+        {"bot": bot.pk, "bot_user_id": BOT_ID, "bot_token": "5:AAother"},
+    )
+    assert resp.status_code == 200
+    assert "bot_token" in resp.context["adminform"].form.errors
+    assert not TelegramBot.objects.exists()
+
+
+def test_admin_check_connection_action_reports_the_username(staff, stub, tg):
+    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
+    resp = staff.post(
+        reverse("admin:botadmin_telegrambot_changelist"),
+        {"action": "check_connection", "_selected_action": [tg.pk]},
+        follow=True,
+    )
+    assert "connected as @cardloop_stub_bot" in resp.content.decode()
+    assert stub.methods() == ["getMe"]
+
+
+def test_admin_set_webhook_generates_a_secret_and_passes_it_as_secret_token(
+    staff, stub, tg, settings
+):
+    settings.CARDLOOP_PUBLIC_URL = "https://cardloop.example.com"
+    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
+    resp = staff.post(
+        reverse("admin:botadmin_telegrambot_changelist"),
+        {"action": "set_webhook", "_selected_action": [tg.pk]},
+        follow=True,
+    )
+    tg.refresh_from_db()
+    secret = tg.secret("webhook_secret")
+    assert secret and stub.webhook["secret_token"] == secret
+    url = f"https://cardloop.example.com/telegram/{BOT_ID}/webhook"
+    assert stub.webhook["url"] == url
+    page = resp.content.decode()
+    assert url in page and secret not in page
+    assert AuditEntry.objects.filter(action="secret.set", after={"webhook_secret": "set"}).exists()
+
+
+def test_admin_actions_without_a_token_say_dry_run_and_call_nothing(staff, stub, tg):
+    for action in ("check_connection", "set_webhook"):
+        resp = staff.post(
+            reverse("admin:botadmin_telegrambot_changelist"),
+            {"action": action, "_selected_action": [tg.pk]},
+            follow=True,
+        )
+        assert "dry run" in resp.content.decode()
+    assert stub.calls == []
+
+
+def test_the_admin_speaks_zh_hans(staff, tg):
+    staff.defaults["HTTP_ACCEPT_LANGUAGE"] = "zh-hans"
+    page = staff.get(reverse("admin:botadmin_telegrambot_change", args=[tg.pk])).content.decode()
+    assert "Telegram 机器人 ID" in page and "Webhook 密钥" in page
+    resp = staff.post(
+        reverse("admin:botadmin_telegrambot_changelist"),
+        {"action": "check_connection", "_selected_action": [tg.pk]},
+        follow=True,
+    )
+    assert "未设置机器人令牌，试运行" in resp.content.decode()
