@@ -15,7 +15,9 @@ What is measured (all on 127.0.0.1, the clients in this process, Daphne in a chi
   `card.action.trigger`, `POST /lark/<app_id>/callback`); the clock starts before the POST and
   stops per panel at its `ask_user_questions_cancelled` (reason `answered`). The callback's
   own answer time is reported too.
-Every wait is bounded; the run stops after `--max-seconds`. The bot has no app secret, so
+Every wait is per panel (a panel counts once, whatever it is sent) and bounded; the run stops
+after `--max-seconds`. Frames a panel is sent twice and resync snapshots are counted and
+printed; the script exits 1 when any panel saw a duplicate frame. The bot has no app secret, so
 Feishu calls are dry-run (logged, synthetic ids): no traffic leaves the machine. The bench
 database is written to (a bot `cli_bench_panel`, its sessions and asks): use a bench database.
 """
@@ -125,7 +127,9 @@ def start_daphne(env: dict, log_path: Path) -> tuple[subprocess.Popen, str]:
 
 
 class Panel:
-    """One client: records when each (type, requestId) frame arrived."""
+    """One client: records when each (type, requestId) frame first arrived; counts frames seen
+    again (`duplicates`, which the server must never send) and the snapshots after the first
+    one (`resyncs`: a periodic resync that found something to repair)."""
 
     def __init__(self, ws, user: int):
         self.ws = ws
@@ -133,6 +137,8 @@ class Panel:
         self.seen: dict[tuple[str, str], float] = {}
         self.snapshot = asyncio.Event()
         self.task: asyncio.Task | None = None
+        self.duplicates = 0
+        self.resyncs = 0
 
     async def read(self, waiters: dict):
         async for raw in self.ws:
@@ -140,10 +146,15 @@ class Panel:
             frame = json.loads(raw)
             kind = frame.get("type")
             if kind == "snapshot":
+                if self.snapshot.is_set():
+                    self.resyncs += 1
                 self.snapshot.set()
                 continue
             key = (kind, frame.get("requestId"))
-            self.seen.setdefault(key, now)
+            if key in self.seen:  # waiters count panels, not frames
+                self.duplicates += 1
+                continue
+            self.seen[key] = now
             counter = waiters.get(key)
             if counter is not None:
                 counter[0] -= 1
@@ -306,6 +317,8 @@ async def run(url: str, world: dict, args) -> dict:
         )
 
     await api.aclose()
+    duplicates = sum(p.duplicates for p in panels)
+    resyncs = sum(p.resyncs for p in panels)
     for panel in panels:
         await panel.ws.close()
         panel.task.cancel()
@@ -319,6 +332,8 @@ async def run(url: str, world: dict, args) -> dict:
         "cancel_each": cancel_each,
         "cancel_all": cancel_all,
         "callback_ms": callback_ms,
+        "duplicate_frames": duplicates,
+        "resync_snapshots": resyncs,
     }
 
 
@@ -383,7 +398,20 @@ def main() -> None:
     print(summary("card submit -> each panel cancel", result["cancel_each"]))
     print(summary("card submit -> first panel cancel", result["cancel_first"]))
     print(summary("card submit -> all panels cancel", result["cancel_all"]))
+    repairs = sum(
+        "resync repaired a lost push" in line
+        for line in log_path.read_text(errors="replace").splitlines()
+    )
+    print(
+        f"resync snapshots seen by panels       {result['resync_snapshots']} "
+        f"(server log: {repairs} repair(s) of a lost push)"
+    )
+    duplicates = result["duplicate_frames"]
+    verdict = "met" if duplicates == 0 else "MISSED"
+    print(f"duplicate frames (target 0)           {duplicates}  {verdict}")
     print(f"daphne log: {log_path}")
+    if duplicates:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -347,6 +347,8 @@ CARDLOOP_MCP_PROGRESS_SECONDS = env.float("CARDLOOP_MCP_PROGRESS_SECONDS", defau
 CARDLOOP_PANEL_HEARTBEAT = env.float("CARDLOOP_PANEL_HEARTBEAT", default=20.0)
 CARDLOOP_PANEL_PRESENCE_TTL = env.float("CARDLOOP_PANEL_PRESENCE_TTL", default=60.0)
 CARDLOOP_PANEL_RESYNC = env.float("CARDLOOP_PANEL_RESYNC", default=60.0)
+# 0 = half of CARDLOOP_PANEL_RESYNC, at most 10 s (interactions.panel_timing.resync_grace)
+CARDLOOP_PANEL_RESYNC_GRACE = env.float("CARDLOOP_PANEL_RESYNC_GRACE", default=0.0)
 #: `GET /metrics` (cardloop.metrics): the bearer token a Prometheus scraper sends, and the
 #: addresses / CIDR networks that may scrape without it. With neither the endpoint refuses
 #: every request. With DEBUG and no token, a token derived from SECRET_KEY (so `seed_demo`

@@ -21,3 +21,12 @@ def presence_ttl() -> timedelta:
 def resync_interval() -> float:
     """Seconds between a panel's resyncs with the database (`CARDLOOP_PANEL_RESYNC`, 60)."""
     return float(getattr(settings, "CARDLOOP_PANEL_RESYNC", 60.0))
+
+
+def resync_grace() -> float:
+    """Seconds an open ask a panel connection was not sent is left to its push before the
+    periodic resync sends it itself (`CARDLOOP_PANEL_RESYNC_GRACE`; default half the resync
+    interval, at most 10): a push to many panels can still be on its way when the resync
+    runs, and sending the ask then would be a repair of nothing."""
+    default = min(10.0, resync_interval() / 2)
+    return float(getattr(settings, "CARDLOOP_PANEL_RESYNC_GRACE", None) or default)

@@ -11,9 +11,10 @@ import random
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import timezone
 
 from interactions import presence
-from interactions.panel_timing import resync_interval
+from interactions.panel_timing import resync_grace, resync_interval
 from interactions.panels import service as panels
 from plumbing.parsers import contains_unstorable, loads_untrusted
 
@@ -49,6 +50,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         self.known: set[str] = set()  # requestIds the client was told are open
         self.closed: set[str] = set()  # requestIds the client was told are closed (recent)
         self.won: set[str] = set()  # requestIds this panel answered (its acceptance is final)
+        self.dropped: set[str] = set()  # requestIds a resync snapshot dropped (no cancel push)
         self.lock = asyncio.Lock()
         self.timer: asyncio.Task | None = None
         self.user = await database_sync_to_async(panels.authenticate_scope)(self.scope)
@@ -152,8 +154,13 @@ class PanelConsumer(AsyncWebsocketConsumer):
             if message.get("type") == "ask_user_questions":
                 if request_id in self.closed:
                     return  # a cancellation overtook it (pushes from two processes)
+                if request_id in self.known:
+                    return  # the connect snapshot or a resync sent it first
                 self.known.add(request_id)
             elif message.get("type") == "ask_user_questions_cancelled":
+                if request_id in self.dropped:
+                    self.dropped.discard(request_id)
+                    return  # a resync snapshot already dropped it from the client
                 self.known.discard(request_id)
                 self._remember_closed(request_id)
                 if message.get("reason") == "answered" and request_id in self.won:
@@ -195,21 +202,38 @@ class PanelConsumer(AsyncWebsocketConsumer):
                 log.warning("panel resync failed", exc_info=True)
 
     async def _resync(self, *, always: bool):
-        async with self.lock:
-            messages = await database_sync_to_async(panels.open_messages)(self.user)
-            current = {m["requestId"] for m in messages}
-            if current == self.known and not always:
+        """`always` (connect, a client's `sync`): a full snapshot. Otherwise (the periodic
+        check) only what `panels.plan_resync` finds missing or stale, never an ask this
+        connection was already sent."""
+        if always:
+            async with self.lock:
+                await self._snapshot(
+                    await database_sync_to_async(panels.open_messages)(self.user)
+                )
+            return
+        async with self.lock:  # read under the lock: a push meanwhile would be undone
+            open_now = await database_sync_to_async(panels.open_asks)(self.user)
+            plan = panels.plan_resync(
+                open_now, self.known, now=timezone.now(), grace=resync_grace()
+            )
+            if plan.deferred:
+                presence.STATS["resync_deferred"] += plan.deferred
+            if not plan.needed:
                 return
-            if current != self.known:
-                missing, stale = len(current - self.known), len(self.known - current)
-                if not always:
-                    presence.STATS["resync_repaired"] += 1
-                    log.warning(
-                        "panel resync repaired a lost push: %d question(s) missing, %d stale",
-                        missing,
-                        stale,
-                    )
-            await self._snapshot(messages)
+            presence.STATS["resync_repaired"] += 1
+            log.warning(
+                "panel resync repaired a lost push: %d question(s) missing, %d stale",
+                len(plan.send),
+                len(plan.stale),
+            )
+            await self._send(panels.snapshot_envelope(plan.keep))
+            for message in plan.send:
+                await self._send(message)
+            for request_id in plan.stale:
+                self._remember_closed(request_id)
+                self._remember_dropped(request_id)
+            self.known = set(plan.keep)
+            self.closed -= self.known
 
     async def _snapshot(self, messages):
         """Send the snapshot envelope and each open ask; the caller holds `self.lock`."""
@@ -219,6 +243,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         current = {m["requestId"] for m in messages}
         for request_id in self.known - current:
             self._remember_closed(request_id)
+            self._remember_dropped(request_id)
         self.known = current
         self.closed -= current
 
@@ -226,6 +251,11 @@ class PanelConsumer(AsyncWebsocketConsumer):
         if len(self.closed) > 1000:
             self.closed.clear()
         self.closed.add(request_id)
+
+    def _remember_dropped(self, request_id):
+        if len(self.dropped) > 1000:
+            self.dropped.clear()
+        self.dropped.add(request_id)
 
     def _remember_won(self, request_id):
         if len(self.won) > 1000:

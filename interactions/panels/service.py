@@ -18,12 +18,19 @@ calls):
   delivery of a message to every panel of a user.
 - **Resync — correctness never relies on a push.** On every connect, on a client's
   `{"type": "sync"}`, and every `CARDLOOP_PANEL_RESYNC` s the panel's state is read from the
-  database (`interactions.asks.service.open_asks_for`) and, when it differs from what the panel
-  was sent (or always, on connect and on request), a fresh snapshot is sent: a `snapshot`
-  envelope `{"type": "snapshot", "requestIds": [...], "serverTime", "resyncSeconds"}` (the
-  client drops every question not listed) followed by one `ask_user_questions` message per
-  open ask. A repair after a lost push is logged as a warning and counted in
+  database (`interactions.asks.service.open_asks_for`). On connect and on request a full
+  snapshot is sent: a `snapshot` envelope `{"type": "snapshot", "requestIds": [...],
+  "serverTime", "resyncSeconds"}` (the client drops every question not listed) followed by one
+  `ask_user_questions` message per open ask. The periodic check sends an envelope only when
+  the state differs from what the connection was sent, followed by the missing asks only. A repair after a lost push is logged as a warning and counted in
   `presence.STATS`.
+- **No question twice on one connection.** Each connection remembers which asks it was sent.
+  A push of an ask it was already sent (the connect snapshot or a resync got there first) is
+  dropped; the periodic resync (`plan_resync`) sends only the asks the connection was never
+  sent, and of those only the ones older than `CARDLOOP_PANEL_RESYNC_GRACE` s (younger ones
+  are left to their push, which may still be on its way to many panels); a cancellation
+  whose ask a resync snapshot already dropped is not sent again. A snapshot the client asks
+  for (`sync`) or gets on connect lists and sends every open ask.
 
 Protocol (JSON text frames):
 
@@ -47,6 +54,8 @@ Never logged: tokens, open_ids, answer text.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -151,12 +160,70 @@ def open_messages(user: presence.PanelUser) -> list[dict[str, Any]]:
     return [asks.panel_message(ask) for ask in asks.open_asks_for(user.bot, user.open_id)]
 
 
-def snapshot_envelope(messages: list[dict[str, Any]]) -> dict[str, Any]:
+def open_asks(user: presence.PanelUser) -> list[tuple[dict[str, Any], datetime]]:
+    """`(ask_user_questions message, created_at)` of every open ask of `user`, oldest first:
+    what the periodic resync compares with what a connection was sent."""
+    return [
+        (asks.panel_message(ask), ask.created_at)
+        for ask in asks.open_asks_for(user.bot, user.open_id)
+    ]
+
+
+@dataclass(frozen=True)
+class ResyncPlan:
+    """What a periodic resync sends one connection: nothing when `needed` is False; else a
+    snapshot envelope listing `keep` (what the client should hold after it), then `send`
+    (the ask messages this connection was never sent). `missing` = asks sent now, `stale` =
+    asks the connection was sent that are no longer open (their cancellation never came),
+    `deferred` = open asks not sent yet but younger than the grace (their push is probably
+    still on its way; the next resync looks again)."""
+
+    keep: list[str]
+    send: list[dict[str, Any]]
+    stale: list[str]
+    deferred: int
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.send or self.stale)
+
+
+def plan_resync(
+    open_now: list[tuple[dict[str, Any], datetime]],
+    sent: set[str],
+    *,
+    now: datetime,
+    grace: float,
+) -> ResyncPlan:
+    """Pure: the periodic resync of one connection that was sent the open asks `sent`
+    (requestIds), given the asks open now (`open_asks`), at `now`, leaving an unsent ask
+    younger than `grace` seconds to its push. Never re-sends an ask the connection was
+    already sent, so a push and a resync racing never give the client the same question
+    twice."""
+    cutoff = now - timedelta(seconds=grace)
+    current = {m["requestId"] for m, _ in open_now}
+    send, deferred = [], 0
+    for message, created_at in open_now:
+        if message["requestId"] in sent:
+            continue
+        if created_at > cutoff:
+            deferred += 1
+        else:
+            send.append(message)
+    keep = [m["requestId"] for m, _ in open_now if m["requestId"] in sent] + [
+        m["requestId"] for m in send
+    ]
+    stale = sorted(sent - current)
+    return ResyncPlan(keep=keep, send=send, stale=stale, deferred=deferred)
+
+
+def snapshot_envelope(messages: list[dict[str, Any]] | list[str]) -> dict[str, Any]:
     """The `snapshot` message that precedes a resync's `ask_user_questions` messages: the
-    client keeps exactly the questions listed in `requestIds`."""
+    client keeps exactly the questions listed in `requestIds` (`messages`: the ask messages
+    or their requestIds)."""
     return {
         "type": "snapshot",
-        "requestIds": [m["requestId"] for m in messages],
+        "requestIds": [m if isinstance(m, str) else m["requestId"] for m in messages],
         "serverTime": timezone.now().isoformat(),
         "resyncSeconds": resync_interval(),
     }
