@@ -47,6 +47,7 @@ import time
 import uuid
 from pathlib import Path
 
+import verdict
 from benchdb import ensure_database
 from clicks import feedback_click_payload
 
@@ -242,6 +243,7 @@ def main() -> None:
         help="load generator: prepared bytes on asyncio streams (default) or httpx",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    verdict.add_argument(parser)
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cardloop-callback-bench-")
@@ -457,6 +459,25 @@ def main() -> None:
         print(f"WARNING: {sent_clicks} clicks answered but {written} revisions written")
     if args.json:
         print(json.dumps({"database": conn.vendor, "results": results}, indent=2))
+    verdicts = verdict.Verdicts(f"callback load, {conn.vendor}")
+    for r in results:
+        c = r["clicks"]
+        if c["concurrency"] == 32:
+            verdicts.check(
+                "c=32 click throughput ÷ /healthz",
+                r["throughput_ratio"],
+                ">= 0.75",
+                r["throughput_ratio"] >= 0.75,
+            )
+            verdicts.check("c=32 click p99 (ms)", c["p99_ms"], "< 300", c["p99_ms"] < 300)
+        verdicts.check(
+            f"c={c['concurrency']} failed answers", c["failures"], "0", c["failures"] == 0
+        )
+    verdicts.check(
+        "revisions written = clicks", f"{written}/{sent_clicks}", "equal", written == sent_clicks
+    )
+    verdicts.report()
+    sys.exit(verdicts.exit_status(no_targets=args.no_targets))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import verdict
 from benchdb import ensure_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--concurrency", type=int, default=32, help="per worker")
     parser.add_argument("--bare", type=int, default=3000, help="requests in the bare loop")
+    verdict.add_argument(parser)
     args = parser.parse_args()
 
     import trustme
@@ -272,6 +274,30 @@ def main() -> None:
     Event.objects.all().delete()
     WebhookDestination.objects.filter(name="bench").delete()
     print(json.dumps(results, indent=2))
+    verdicts = verdict.Verdicts("outbox throughput, PostgreSQL")
+    for run in results["runs"]:
+        n = run["workers"]
+        if n == 4:
+            verdicts.check(
+                "4 workers ÷ bare loop",
+                run["ratio_to_bare_loop"],
+                ">= 0.75",
+                run["ratio_to_bare_loop"] >= 0.75,
+            )
+        verdicts.check(
+            f"{n} worker(s) duplicate deliveries",
+            run["duplicate_deliveries"],
+            "0",
+            run["duplicate_deliveries"] == 0,
+        )
+        verdicts.check(
+            f"{n} worker(s) delivered",
+            f"{run['delivered']}/{args.events}",
+            "all",
+            run["delivered"] >= args.events,
+        )
+    verdicts.report()
+    sys.exit(verdicts.exit_status(no_targets=args.no_targets))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import verdict
 from benchdb import ensure_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -376,6 +377,7 @@ def main() -> None:
         help="spread the panels over this many users (1: every ask goes to every panel)",
     )
     parser.add_argument("--max-seconds", type=float, default=600)
+    verdict.add_argument(parser)
     args = parser.parse_args()
 
     secret_dir = tempfile.mkdtemp(prefix="cardloop-bench-secrets-")
@@ -406,12 +408,13 @@ def main() -> None:
         f"resync snapshots seen by panels       {result['resync_snapshots']} "
         f"(server log: {repairs} repair(s) of a lost push)"
     )
-    duplicates = result["duplicate_frames"]
-    verdict = "met" if duplicates == 0 else "MISSED"
-    print(f"duplicate frames (target 0)           {duplicates}  {verdict}")
     print(f"daphne log: {log_path}")
-    if duplicates:
-        sys.exit(1)
+    verdicts = verdict.Verdicts(f"panel fan-out, {args.panels} panels of {args.users} user(s)")
+    verdicts.check(
+        "duplicate frames", result["duplicate_frames"], "0", result["duplicate_frames"] == 0
+    )
+    verdicts.report()
+    sys.exit(verdicts.exit_status(no_targets=args.no_targets))
 
 
 if __name__ == "__main__":
