@@ -61,8 +61,7 @@ class BotApiKeyAuthentication(authentication.BaseAuthentication):
         key = BotApiKey.find_active(raw)
         if key is None:
             raise exceptions.AuthenticationFailed(_("Invalid or revoked API key."))
-        key = BotApiKey.objects.select_related("bot").get(pk=key.pk)
-        key.touch()
+        key.touch()  # find_active joined the bot
         return BotPrincipal(bot=key.bot, key=key), key
 
     def authenticate_header(self, request) -> str:
@@ -98,8 +97,7 @@ class ManagerTokenAuthentication(authentication.BaseAuthentication):
         token = ManagerToken.find_active(raw) if raw else None
         if token is None:
             raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
-        token = ManagerToken.objects.select_related("user").get(pk=token.pk)
-        if not token.user.is_active:
+        if not token.user.is_active:  # find_active joined the user
             raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
         token.touch()
         return token.user, token

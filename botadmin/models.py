@@ -414,6 +414,12 @@ class HashedToken(models.Model):
         raw = f"{cls.PREFIX_TAG}_{lookup}_{pysecrets.token_urlsafe(32)}"
         return raw, lookup
 
+    @classmethod
+    def _for_lookup(cls):
+        """The active rows `find_active` looks in; a subclass joins what its caller reads next
+        (one query instead of two on every authenticated request)."""
+        return cls.objects.active()
+
     def set_raw(self, raw: str, lookup: str) -> None:
         self.lookup = lookup
         self.token_hash = _hash_token(raw)
@@ -427,7 +433,7 @@ class HashedToken(models.Model):
         tag, lookup, _rest = raw.split("_", 2)
         if tag != cls.PREFIX_TAG:
             return None
-        row = cls.objects.active().filter(lookup=lookup).first()
+        row = cls._for_lookup().filter(lookup=lookup).first()
         if row is None:
             return None
         if not hmac.compare_digest(row.token_hash, _hash_token(raw)):
@@ -470,6 +476,10 @@ class BotApiKey(HashedToken):
 
     def __str__(self) -> str:
         return f"clk_{self.lookup}_… ({self.label or self.bot.name})"
+
+    @classmethod
+    def _for_lookup(cls):
+        return cls.objects.active().select_related("bot")  # every bot API call reads its bot
 
 
 class DesktopToken(HashedToken):
@@ -565,13 +575,17 @@ class ManagerToken(HashedToken):
         return prefix + (f" ({self.label})" if self.label else "")
 
     @classmethod
+    def _for_lookup(cls):
+        return cls.objects.active().select_related("user")  # the token acts as its user
+
+    @classmethod
     def find_active(cls, raw: str):
         """The active row for `raw` (`cmk_…`, or a migrated DRF key), or None. Constant-time
         hash compare; never raises on malformed input."""
         lookup = None if not isinstance(raw, str) or raw.startswith("cmk_") else legacy_lookup(raw)
         if lookup is None:
             return super().find_active(raw)
-        row = cls.objects.active().filter(lookup=lookup, legacy=True).first()
+        row = cls._for_lookup().filter(lookup=lookup, legacy=True).first()
         if row is None or not hmac.compare_digest(row.token_hash, _hash_token(raw)):
             return None
         return row

@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from botadmin import services
@@ -140,3 +141,33 @@ def test_a_drf_token_still_authenticates_after_the_migration_and_its_key_is_gone
     assert api_get("Token short").status_code == 401
     services.revoke_manager_token("test", token)
     assert api_get(f"Token {key}").status_code == 401
+
+
+def test_a_token_and_its_user_are_read_in_one_query(boss, django_assert_num_queries):
+    from rest_framework.test import APIRequestFactory
+
+    from botadmin.auth import ManagerTokenAuthentication
+
+    raw, token = services.issue_manager_token("test", boss, "report script")
+    ManagerToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())  # no touch
+    request = APIRequestFactory().get(SUMMARY, HTTP_AUTHORIZATION=f"Token {raw}")
+    with django_assert_num_queries(1):
+        user, row = ManagerTokenAuthentication().authenticate(request)
+    assert user == boss and row.pk == token.pk
+
+
+def test_a_bot_key_and_its_bot_are_read_in_one_query(
+    make_bot, make_api_key, django_assert_num_queries
+):
+    from rest_framework.test import APIRequestFactory
+
+    from botadmin.auth import BotApiKeyAuthentication
+    from botadmin.models import BotApiKey
+
+    bot = make_bot()
+    raw, key = make_api_key(bot)
+    BotApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    request = APIRequestFactory().get("/api/v1/events", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    with django_assert_num_queries(1):
+        principal, row = BotApiKeyAuthentication().authenticate(request)
+    assert principal.bot == bot and row.pk == key.pk
