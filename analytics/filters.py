@@ -8,7 +8,7 @@ Parameters (snake_case names):
 - `tz`: IANA zone of the report (default `CARDLOOP_REPORT_TZ`);
 - delivery dimensions (frozen on the delivery at send time): `team` (team id), `bot` (app_id),
   `chat` (chat_id), `topic`, `model`, `cli`, `cli_version`, `skill`, `skill_version`,
-  `workflow`, `task`, `status`;
+  `workflow`, `task`, `status`, `channel` (feishu | slack);
 - rating dimensions (on the latest rating of a (delivery, operator)): `semantic`, `verdict`
   (verdict key), `reason` (reason key).
 
@@ -53,6 +53,7 @@ DELIVERY_DIMENSIONS: dict[str, str] = {
     "workflow": "workflow_id",
     "task": "task_id",
     "status": "status",
+    "channel": "channel",
 }
 #: query parameter → LatestFeedback field.
 RATING_DIMENSIONS: dict[str, str] = {
@@ -237,6 +238,11 @@ class AnalyticsFilterSet(django_filters.FilterSet):
     task = _text("task", 128, _("Task id."))
     status = django_filters.ChoiceFilter(
         method="_by_query", choices=Delivery.Status.choices, label=_("Delivery status.")
+    )
+    channel = django_filters.ChoiceFilter(
+        method="_by_query",
+        choices=Delivery.Channel.choices,
+        label=_("Channel the answer was sent on (feishu, slack)."),
     )
     semantic = django_filters.ChoiceFilter(
         method="_by_query", choices=Semantic.choices, label=_("Semantic of the latest rating.")

@@ -196,6 +196,7 @@ class DeliveryRowSerializer(serializers.Serializer):
     delivery_id = serializers.CharField()
     sent_at = serializers.DateTimeField()
     status = serializers.ChoiceField(choices=Delivery.Status.choices)
+    channel = serializers.ChoiceField(choices=Delivery.Channel.choices)
     team = TeamRefSerializer(allow_null=True)
     bot = BotRefSerializer()
     chat_id = serializers.CharField(allow_blank=True)

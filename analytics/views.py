@@ -77,6 +77,7 @@ def dashboard(request):
         "language": request.LANGUAGE_CODE,
         "strings": _js_strings(),
         "statuses": {value: str(label) for value, label in Delivery.Status.choices},
+        "channels": {value: str(label) for value, label in Delivery.Channel.choices},
     }
     return render(
         request,
@@ -84,6 +85,7 @@ def dashboard(request):
         {
             "teams": list(teams.values("id", "name")),
             "statuses": Delivery.Status.choices,
+            "channels": Delivery.Channel.choices,
             "semantics": Semantic.choices,
             "config": config,
         },

@@ -530,6 +530,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "delivery_id",
         "bot",
         "chat",
+        "channel",
         "response_kind",
         "status",
         "feedback_shown",
@@ -537,13 +538,23 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "error_code",
         "created_at",
     )
-    list_filter = ("status", "feedback_shown", "feedback_reason", "response_kind", "bot")
+    list_filter = (
+        "channel",
+        "status",
+        "feedback_shown",
+        "feedback_reason",
+        "response_kind",
+        "bot",
+    )
     list_select_related = ("bot", "chat")
     search_fields = ("delivery_id", "session_id", "turn_id", "platform_message_id", "card_id")
     date_hierarchy = "created_at"
     inlines = [RevisionInline]
     fieldsets = (
-        (None, {"fields": ("delivery_id", "bot", "chat", "team", "status", "error_code")}),
+        (
+            None,
+            {"fields": ("delivery_id", "bot", "channel", "chat", "team", "status", "error_code")},
+        ),
         (
             _("Correlation"),
             {

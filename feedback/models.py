@@ -136,6 +136,12 @@ class Delivery(models.Model):
         FINAL = "final", _("final answer")
         PROGRESS = "progress", _("progress")
 
+    class Channel(models.TextChoices):
+        """The channels Cardloop sends final answers on (`interactions.kinds` names)."""
+
+        FEISHU = "feishu", _("Feishu")
+        SLACK = "slack", _("Slack")
+
     delivery_id = models.CharField(_("delivery id"), max_length=40, unique=True)
     bot = models.ForeignKey(
         Bot, on_delete=models.PROTECT, related_name="deliveries", verbose_name=_("bot")
@@ -185,6 +191,13 @@ class Delivery(models.Model):
         default=ResponseKind.PROGRESS,
     )
     # Platform
+    channel = models.CharField(
+        _("channel"),
+        max_length=12,
+        choices=Channel.choices,
+        default=Channel.FEISHU,
+        help_text=_("The channel the answer was sent on."),
+    )
     platform_message_id = models.CharField(
         _("platform_message_id"), max_length=64, blank=True, default=""
     )

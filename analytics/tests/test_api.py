@@ -393,3 +393,34 @@ def test_a_bot_api_key_is_not_an_analytics_credential(make_bot, make_api_key):
     response = client.get("/api/v1/analytics/summary", RANGE)
     assert response.status_code == 401
     assert response.json()["error"] == "not_authenticated"
+
+
+def test_channel_filter_counts_and_lists_only_that_channels_answers(
+    make_delivery, rate, world, manager_of, api
+):
+    feishu = make_delivery(at=datetime(2025, 3, 10, 1, tzinfo=UTC), team="a")
+    slack = make_delivery(at=datetime(2025, 3, 10, 2, tzinfo=UTC), team="a", channel="slack")
+    rate(feishu, "ou_a1", "wrong", reason="inaccurate")
+    rate(slack, "U0SLACK1", "conclusive_usable")
+    client = api(manager_of(world.team_a))
+    for channel, expected in (("slack", slack), ("feishu", feishu)):
+        params = {**RANGE, "channel": channel}
+        summary = client.get("/api/v1/analytics/summary", params).json()["current"]
+        assert (summary["delivered"], summary["ratings"]) == (1, 1)
+        rows = client.get("/api/v1/analytics/deliveries", params).json()["results"]
+        assert [(r["delivery_id"], r["channel"]) for r in rows] == [
+            (expected.delivery_id, channel)
+        ]
+        lines = _csv(client.get("/api/v1/analytics/deliveries.csv", params))
+        assert [line[COLUMNS.index("channel")] for line in lines[1:]] == [channel]
+    both = client.get("/api/v1/analytics/summary", RANGE).json()["current"]
+    assert (both["delivered"], both["positive"], both["negative"]) == (2, 1, 1)
+
+
+def test_an_unknown_channel_is_400_naming_the_parameter(world, manager_of, api):
+    response = api(manager_of(world.team_a)).get(
+        "/api/v1/analytics/summary", {**RANGE, "channel": "telegram"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_filter"
+    assert list(response.json()["detail"]) == ["channel"]

@@ -171,3 +171,42 @@ def test_deliveries_keep_the_chat_they_were_sent_to_and_are_linked_to_an_existin
         "del_nowhere": ("oc_nowhere", None),
         "del_no_snapshot": ("", None),
     }
+
+
+def test_deliveries_made_before_channels_were_recorded_are_feishu_and_ratings_still_count():
+    """`0008_delivery_channel` adds the column without rebuilding the table (the analytics
+    rating-count triggers on feedback_latestfeedback survive): a delivery made before it reads
+    as `feishu`, and rating it afterwards still moves its rollup row."""
+    from analytics.models import DeliveryRatingCounts
+    from feedback.models import Delivery, LatestFeedback, Revision
+
+    old = _migrate([("feedback", "0007_delivery_chat_link")])
+    try:
+        bot = old.get_model("botadmin", "Bot").objects.create(app_id="cli_chan", name="Chan")
+        old.get_model("feedback", "Delivery").objects.create(
+            delivery_id="del_before_channels", bot=bot, policy_snapshot={}
+        )
+    finally:
+        _migrate()
+
+    delivery = Delivery.objects.get(delivery_id="del_before_channels")
+    assert delivery.channel == "feishu"
+    revision = Revision.objects.create(
+        revision_id="fb_chan",
+        delivery=delivery,
+        operator_open_id="ou_x",
+        revision=1,
+        verdict_key="good",
+        semantic="positive",
+        callback_key="cb_chan",
+    )
+    LatestFeedback.objects.create(
+        delivery=delivery,
+        operator_open_id="ou_x",
+        revision=revision,
+        semantic="positive",
+        verdict_key="good",
+        updated_at=revision.created_at,
+    )
+    counts = DeliveryRatingCounts.objects.get(delivery=delivery)
+    assert counts.positive == 1

@@ -394,6 +394,21 @@ def test_capabilities_endpoint_applies_the_seed_rule(api):
     assert other["tools"] == {"ask_user_questions": None, "approvals": None}
 
 
+def test_capabilities_report_what_each_registered_channel_can_show(api):
+    from interactions import channels
+
+    answer = api.get("/api/v1/capabilities").json()["channels"]
+    assert answer == {c.name: c.capabilities.to_json() for c in channels.registered()}
+    assert answer["feishu"] == {
+        "buttons": True,
+        "forms": True,
+        "update": True,
+        "markdown": True,
+        "text_fallback": False,
+    }
+    assert answer["wechat"]["buttons"] is False and answer["wechat"]["text_fallback"] is True
+
+
 def test_approval_check_needs_a_tool(api):
     response = api.get("/api/v1/approvals/check")
     assert response.status_code == 400 and "tool" in response.json()["detail"]

@@ -12,7 +12,7 @@
   var T = config.strings;
   var numberFormat = new Intl.NumberFormat(config.language);
   var FILTERS = ["from", "to", "tz", "team", "bot", "chat", "topic", "model", "cli",
-    "cli_version", "skill", "skill_version", "workflow", "task", "status", "semantic",
+    "cli_version", "skill", "skill_version", "workflow", "task", "status", "channel", "semantic",
     "verdict", "reason"];
   var COLORS = { positive: "#2e9d5b", progress: "#d99a1c", negative: "#d64545", delivered: "#5470c6" };
   var charts = {};
@@ -233,6 +233,7 @@
       cell(tr, row.model || "—");
       cell(tr, row.skill_name ? row.skill_name + (row.skill_version ? " " + row.skill_version : "") : "—");
       cell(tr, (config.statuses || {})[row.status] || row.status);
+      cell(tr, (config.channels || {})[row.channel] || row.channel);
       var ratings = cell(tr, "");
       if (!row.ratings.length) {
         ratings.textContent = T.unrated;

@@ -29,5 +29,12 @@ SessionCapabilitiesSerializer = inline_serializer(
         "capabilities": serializers.DictField(child=serializers.BooleanField(), allow_null=True),
         "tools": serializers.DictField(child=serializers.BooleanField(allow_null=True)),
         "reason": serializers.CharField(),
+        "channels": serializers.DictField(
+            child=serializers.DictField(child=serializers.BooleanField()),
+            help_text=_(
+                "Every channel registered on this Cardloop → what it can show: buttons, "
+                "forms, update (a sent message can change), markdown, text_fallback."
+            ),
+        ),
     },
 )
