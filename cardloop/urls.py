@@ -26,6 +26,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("interactions.urls")),
     path("", include("interactions.panels.urls")),
+    path("", include("interactions.channels.telegram.urls")),
     path("", include("interactions.signin.urls")),
     path("", include("feedback.urls")),
     path("", include("analytics.urls")),

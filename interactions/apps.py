@@ -21,6 +21,7 @@ class InteractionsConfig(AppConfig):
         from interactions.callbacks import registry
         from interactions.cardqueue import service as cards
         from interactions.channels.feishu.channel import FeishuChannel
+        from interactions.channels.telegram import handlers as telegram
         from interactions.channels.text import text_channels
         from interactions.lifecycle import resolve as lifecycle
         from interactions.models import Interaction
@@ -39,3 +40,7 @@ class InteractionsConfig(AppConfig):
         cards.register_renderer(session_card.RENDERER, session_card.render_card_entity)
         registry.register("feishu_ask", ask_handlers.on_ask_action)
         registry.register("progress", ask_handlers.on_progress_action)
+        # Telegram: button taps (callback queries) and typed commands (messages).
+        registry.register(telegram.CALLBACK_KIND, telegram.on_callback)
+        registry.register_event(telegram.MESSAGE_EVENT, telegram.on_message)
+        telegram.use_text_commands(textcommands.handle, textcommands.SILENT_IN_CHATS)

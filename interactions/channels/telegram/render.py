@@ -229,8 +229,7 @@ def _typed_lines(ia: Interaction) -> list[str]:
         ]
     lines = [
         _("Answer by typing one line:"),
-        "  "
-        + interaction_cards.command_for(ia, "; ".join(f"{f['name']}=…" for f in ia.fields)),
+        "  " + interaction_cards.command_for(ia, "; ".join(f"{f['name']}=…" for f in ia.fields)),
     ]
     for item in ia.fields:
         detail = str(item.get("label") or item["name"])

@@ -1,0 +1,148 @@
+"""What a verified Telegram update does, run by `interactions.callbacks.dispatcher` (threads,
+budget, dedupe on `update_id`, durable claims):
+
+- `on_callback` (registry kind `telegram`): a tap on an inline button. Its `callback_data`
+  (`interactions.channels.telegram.render.parse_callback_data`) names the interaction and the
+  action by number; the tap becomes the same click the Feishu card sends
+  (`{"kind": "interaction", "interaction_id", "action_id", "action_value"}`) and is answered by
+  `interactions.approvals.handlers.on_card_action` — so the operator (`callback_query.from.id`,
+  from the authenticated update), the chat (`message.chat.id`: in a group only the requester or
+  the allowed operators may answer) and first-answer-wins are exactly Feishu's (the handler is
+  found through the registry: this package imports no domain module). The answer
+  keeps only the toast (`answerCallbackQuery`'s `text`); the message is edited by the card
+  queue after the answer.
+- `on_message` (event type `telegram.message`): a `/_interaction <id> <value>` text is the
+  typed command (`interactions.approvals.textcommands.handle`, handed over at startup with
+  `use_text_commands`), replied to in the sender's language (`from.language_code`).
+
+Never logs message text, button data or user ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.utils import translation
+from django.utils.translation import gettext_lazy as _
+
+from interactions.callbacks import registry
+from interactions.callbacks.registry import Answer, CardAction
+from interactions.channels.telegram import botapi, render
+from interactions.models import Interaction
+
+log = logging.getLogger(__name__)
+
+#: Registry kind of Telegram button taps and event type of Telegram messages.
+CALLBACK_KIND = "telegram"
+MESSAGE_EVENT = "telegram.message"
+#: The registry kind whose handler answers interaction clicks on every channel.
+INTERACTION_KIND = "interaction"
+
+
+@dataclasses.dataclass
+class _TextCommands:
+    handle: Callable[..., Any] | None = None
+    silent: frozenset[str] = frozenset()
+
+
+_text_commands = _TextCommands()
+
+
+def use_text_commands(handle: Callable[..., Any], silent_in_chats: frozenset[str]) -> None:
+    """Answer typed commands with `handle(bot, text, open_id=, chat_id=)` (the approvals'
+    `textcommands.handle`, which lives beside the domain this package must not import: it is
+    handed over in `InteractionsConfig.ready()`), staying silent in group chats on the codes
+    `silent_in_chats`."""
+    _text_commands.handle = handle
+    _text_commands.silent = frozenset(silent_in_chats)
+
+
+def reader_language(user: dict | None) -> str:
+    """The language Cardloop answers a Telegram user in: zh-hans when their client's
+    `language_code` (https://core.telegram.org/bots/api#user) is Chinese, else English."""
+    code = (user or {}).get("language_code") if isinstance(user, dict) else ""
+    return "zh-hans" if isinstance(code, str) and code.lower().startswith("zh") else "en"
+
+
+def toast_text(answer: dict, language: str) -> str:
+    """The toast of a dispatcher answer (`{"toast": {"i18n": {zh_cn, en_us}}}`) in `language`,
+    cut to the 200 characters `answerCallbackQuery` allows; "" without a toast."""
+    toast = answer.get("toast") if isinstance(answer, dict) else None
+    if not isinstance(toast, dict):
+        return ""
+    i18n = toast.get("i18n") if isinstance(toast.get("i18n"), dict) else {}
+    text = i18n.get("zh_cn" if language == "zh-hans" else "en_us") or toast.get("content") or ""
+    return str(text)[:200]
+
+
+def on_callback(action: CardAction):
+    """Registry handler of `{"kind": "telegram", "data": <callback_data>}` (see the module
+    docstring). Unknown or foreign data → a warning toast, nothing written."""
+    parsed = render.parse_callback_data(action.value.get("data"))
+    if parsed is None:
+        return Answer.warning(_("This button has no action Cardloop understands."))
+    verb, public_id, numbers = parsed
+    if verb != render.INTERACTION:
+        return Answer.warning(_("This button is not supported. Please refresh the card."))
+    ia = Interaction.objects.filter(bot=action.bot, public_id=public_id).only("actions").first()
+    chosen = render.action_for(ia, numbers[0]) if ia is not None else None
+    value = {
+        "kind": "interaction",
+        "interaction_id": public_id,
+        "action_id": str(chosen["id"]) if chosen else "",
+        "action_value": str(chosen.get("value", chosen["id"])) if chosen else "",
+    }
+    handler = registry.handler_for(INTERACTION_KIND)
+    if handler is None:
+        return Answer.warning(_("This button is not supported. Please refresh the card."))
+    result = handler(dataclasses.replace(action, kind=INTERACTION_KIND, value=value))
+    # Telegram shows the message itself; only the toast goes back (the edit is queued)
+    return Answer(toast=result.toast) if isinstance(result, Answer) else result
+
+
+def on_message(event) -> None:
+    """Registry handler of `telegram.message` events (`LarkEvent.event` is the Telegram
+    `Message`, https://core.telegram.org/bots/api#message): a `/_interaction` text from a
+    person is answered like the API's text command and replied to in their language, except
+    unknown ids and incomplete commands in chats (`SILENT_IN_CHATS`: they may be for another
+    bot). Everything else is ignored."""
+    message = event.event
+    sender = message.get("from") if isinstance(message.get("from"), dict) else {}
+    chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
+    text = message.get("text")
+    handle = _text_commands.handle
+    if sender.get("is_bot") or not isinstance(text, str) or handle is None:
+        return
+    reply = handle(
+        event.bot, text, open_id=str(sender.get("id") or ""), chat_id=str(chat.get("id") or "")
+    )
+    if not reply.handled:
+        return
+    if reply.code in _text_commands.silent and chat.get("type") != "private":
+        log.info("telegram text command: %s; not answered", reply.code)
+        return
+    log.info(
+        "telegram text command: %s (%s)",
+        reply.code,
+        reply.interaction.public_id if reply.interaction else "-",
+    )
+    tg = getattr(event.bot, "telegram_bot", None)
+    if tg is None or not chat.get("id"):
+        return
+    with translation.override(reader_language(sender)):
+        body = str(reply.text)
+    try:
+        botapi.send_message(
+            tg.secret("bot_token"),
+            chat["id"],
+            render.fit(body),
+            None,
+            settings.CARDLOOP_TELEGRAM_API_BASE_URL,
+            reply_to_message_id=message.get("message_id"),
+        )
+    except botapi.TelegramApiError as exc:
+        log.warning("telegram text command reply failed: %s", exc.description)
