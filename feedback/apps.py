@@ -7,7 +7,7 @@ class FeedbackConfig(AppConfig):
 
     Registers its card-action handlers (`feedback`, `feedback_detail` →
     `feedback.revisions`) in `interactions.callbacks.registry`, its event sink in
-    `interactions.events`, its feedback-area renderer with the Feishu channel and its
+    `interactions.events`, its feedback-area renderers with the Feishu and Slack channels and its
     chat-saved hook (`deliveries.link_chat`) in `botadmin.services` from `ready()`, so
     neither `interactions` nor `botadmin` imports `feedback`.
     """
@@ -26,6 +26,13 @@ class FeedbackConfig(AppConfig):
         # The Feishu channel renders feedback areas with this app's renderer (it owns the
         # area's rules and lives above interactions, so it is handed over, not imported).
         channels.get("feishu").use_feedback_renderer(cards.feedback_area)
+        # The Slack channel likewise gets the Block Kit form of the area, once it is registered
+        # (an unregistered kind resolves to the webhook text channel, which takes none).
+        from feedback import slack_cards
+
+        slack = channels.get("slack")
+        if slack.name == "slack" and hasattr(slack, "use_feedback_renderer"):
+            slack.use_feedback_renderer(slack_cards.feedback_area)
 
         registry.register("feedback", revisions.on_feedback)
         registry.register("feedback_detail", revisions.on_feedback_detail)

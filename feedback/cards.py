@@ -226,7 +226,9 @@ def _buttons(
     }
 
 
-def _audience_hint(policy: dict[str, Any]) -> str:
+def audience_hint(policy: dict[str, Any]) -> str:
+    """Who may give feedback on an answer with snapshot `policy`, in the active language (and
+    that the choice can be changed, when reselect is on)."""
     audience = policy.get("audience", "requester")
     if audience == "everyone":
         hint = _("Anyone in this chat can give feedback")
@@ -255,7 +257,7 @@ def _detail(
         return {
             "tag": "markdown",
             "element_id": DETAIL,
-            "content": _audience_hint(policy),
+            "content": audience_hint(policy),
             "text_size": "notation",
         }
     followup = policy.get("negative_followup") or {}
