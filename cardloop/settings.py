@@ -109,6 +109,14 @@ DATABASES = {
 }
 _db = DATABASES["default"]
 IS_SQLITE = _db["ENGINE"] in ("django.db.backends.sqlite3", "plumbing.db.sqlite3")
+#: Seconds a SQLite writer waits for the write lock (SQLite's busy timeout) before the
+#: database counts as locked for the process (`plumbing.db.outage`): writes then fail at once
+#: (503 `database_unavailable`, the click's "try again in a moment") until a probe takes the
+#: lock again. The test settings keep a longer one (a test may hold a transaction on purpose).
+DATABASE_LOCK_WAIT = env.float("DATABASE_LOCK_WAIT", default=5.0)
+#: Seconds between two reconnect probes while the database is known to be gone (PostgreSQL: a
+#: fresh connect; SQLite: taking the write lock), `plumbing.db.outage`.
+DATABASE_PROBE_INTERVAL = env.float("DATABASE_PROBE_INTERVAL", default=0.5)
 if IS_SQLITE:
     # Django's backend, plus a fair process-wide queue for write transactions (plumbing.db).
     _db["ENGINE"] = "plumbing.db.sqlite3"
@@ -116,19 +124,24 @@ if IS_SQLITE:
         {
             # Writers wait for each other instead of failing with "database is locked", and a
             # transaction takes the write lock at BEGIN, so read-then-write never deadlocks.
-            "timeout": 20,
+            "timeout": DATABASE_LOCK_WAIT,
             "transaction_mode": "IMMEDIATE",
             "init_command": (
                 "PRAGMA journal_mode=WAL;"
                 "PRAGMA synchronous=NORMAL;"
                 "PRAGMA foreign_keys=ON;"
-                "PRAGMA busy_timeout=20000;"
+                f"PRAGMA busy_timeout={round(DATABASE_LOCK_WAIT * 1000)};"
             ),
         }
     )
     # Tests use a file (not :memory:) so several threads and processes see the same data.
     _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_cardloop.sqlite3")
 else:
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        # Django's backend whose connects feed the known-outage state (plumbing.db.outage):
+        # while the database is unreachable requests fail at once instead of waiting in the
+        # pool's line, and a probe notices its return within DATABASE_PROBE_INTERVAL.
+        _db["ENGINE"] = "plumbing.db.postgresql"
     # Under Daphne/ASGI every request runs in a thread of its own, so persistent connections
     # (CONN_MAX_AGE > 0) pile up one per thread until PostgreSQL refuses clients ("too many
     # clients already"); Django's docs: disable them under ASGI and use the backend's pooling.

@@ -8,6 +8,9 @@ import os
 import tempfile
 
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-" + "k3y" * 20)
+# Tests hold SQLite transactions open on purpose (other threads then wait for the write lock):
+# a longer lock wait than production's 5 s keeps those from counting as an outage.
+os.environ.setdefault("DATABASE_LOCK_WAIT", "20")
 os.environ.setdefault("CARDLOOP_SECRET_DIR", tempfile.mkdtemp(prefix="cardloop-test-secrets-"))
 
 from cardloop.settings import *  # noqa: E402,F403

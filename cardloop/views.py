@@ -17,6 +17,8 @@ from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
+from plumbing.db import outage
+
 
 @require_GET
 def healthz(request):
@@ -61,21 +63,28 @@ def _probe_sqlite(budget: float) -> None:
 
 
 def _check_database() -> dict:
-    """`{"ok": True, "ms": …}` when a fresh connection answers (SQLite: the write lock is
-    free) within `DATABASE_CONNECT_TIMEOUT` seconds (0.8), else `{"ok": False, "error": …}`
-    — "timeout" when it did not answer in time, else the error's class name."""
+    """`{"ok": True, "ms": …, "outage_known": …}` when a fresh connection answers (SQLite: the
+    write lock is free) within `DATABASE_CONNECT_TIMEOUT` seconds (0.8), else `{"ok": False,
+    "error": …, "outage_known": …}` — "timeout" when it did not answer in time, else the error's
+    class name. `outage_known`: whether this process currently fails its requests at once
+    because an outage is known (`plumbing.db.outage`; cleared by its reconnect probe, not by
+    this check)."""
     budget = float(settings.DATABASE_CONNECT_TIMEOUT)
     probe = _probe_sqlite if connection.vendor == "sqlite" else _probe_postgresql
     started = time.monotonic()
     try:
         _PROBES.submit(probe, budget).result(timeout=budget)
     except FutureTimeout:
-        return {"ok": False, "error": "timeout"}
+        result = {"ok": False, "error": "timeout"}
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            return {"ok": False, "error": "write_locked"}
-        return {"ok": False, "error": type(exc).__name__}
-    return {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+            result = {"ok": False, "error": "write_locked"}
+        else:
+            result = {"ok": False, "error": type(exc).__name__}
+    else:
+        result = {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+    result["outage_known"] = outage.is_down(connection.alias)
+    return result
 
 
 async def _channel_roundtrip(layer) -> None:

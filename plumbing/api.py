@@ -4,7 +4,9 @@ Every API error is `{"error": <code>, "detail": <message or {field: [messages]}>
 status; nothing reaches the client as an HTML page or a 500 with a traceback. A transient
 database error (`plumbing.db.transient`: the database unreachable, busy or locked) is answered
 503 `database_unavailable` with `Retry-After` (RFC 9110, section 10.2.3): the request was fine and
-may be sent again.
+may be sent again. The pool's wait timing out while no outage is known
+(`plumbing.db.transient.is_busy`: the database is up, every connection was in use) is answered
+503 `busy` with `Retry-After` instead: load, not an outage.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from plumbing.db.transient import is_transient
+from plumbing.db.transient import is_busy, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +61,23 @@ def database_unavailable_body() -> dict[str, Any]:
     )
 
 
-def database_unavailable_response() -> JsonResponse:
-    """503 `database_unavailable` JSON with `Retry-After` (for non-DRF code paths)."""
-    response = JsonResponse(database_unavailable_body(), status=503)
+def busy_body() -> dict[str, Any]:
+    """The 503 body of a request that found every database connection in use for the pool's
+    whole wait (`DATABASE_POOL_TIMEOUT`) while the database is up (send `Retry-After`)."""
+    return error_body("busy", "Cardloop is busy right now; nothing was changed. Retry shortly.")
+
+
+def transient_error_body(exc: BaseException) -> dict[str, Any]:
+    """The 503 body for transient database error `exc` (`is_transient`): `busy_body()` for an
+    exhausted pool without a known outage (`is_busy`), else `database_unavailable_body()`."""
+    return busy_body() if is_busy(exc) else database_unavailable_body()
+
+
+def database_unavailable_response(exc: BaseException | None = None) -> JsonResponse:
+    """503 JSON with `Retry-After` for transient database error `exc` (`transient_error_body`;
+    without `exc`: `database_unavailable`), for non-DRF code paths."""
+    body = database_unavailable_body() if exc is None else transient_error_body(exc)
+    response = JsonResponse(body, status=503)
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
 
@@ -73,14 +89,14 @@ def exception_handler(exc, context):
     `DATA_UPLOAD_MAX_MEMORY_SIZE`, raised when a view first reads `request.data`) with 413
     `too_large` and any other `SuspiciousOperation` with 400 `bad_request`; Django would
     answer those with an HTML page; a transient database error 503 `database_unavailable`
-    with `Retry-After`."""
+    (or `busy`, `transient_error_body`) with `Retry-After`."""
     if isinstance(exc, ApiError):
         return Response(error_body(exc.error_code, exc.detail_value), status=exc.status_code)
     if is_transient(exc):
         log.warning("API request: database unavailable (%s); answered 503", type(exc).__name__)
         _roll_back_broken_transactions()
         return Response(
-            database_unavailable_body(),
+            transient_error_body(exc),
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
@@ -240,7 +256,7 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
                 request.path[:100],
                 type(exception).__name__,
             )
-            return database_unavailable_response()
+            return database_unavailable_response(exception)
         if not settings.DEBUG or not _is_api(request) or isinstance(exception, Http404):
             return None  # a 404 is reshaped in process_response
         if isinstance(exception, RequestDataTooBig):

@@ -336,7 +336,10 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
                 bot.app_id,
                 type(exc).__name__,
             )
-            answer = still_working() if attempt.claimed else try_again()
+            if attempt.claimed:
+                answer = still_working()
+            else:
+                answer = busy() if transient.is_busy(exc) else try_again()
         else:
             log.exception("card action %s of %s failed", _event_id(payload), bot.app_id)
             answer = _toast(
@@ -404,7 +407,7 @@ def _answer_card_action(
             type(exc).__name__,
         )
         transient.reset_connection()
-        return try_again()
+        return busy() if transient.is_busy(exc) else try_again()
     attempt.mark_claimed()
     if outcome == inbound.DUPLICATE:
         log.info("card action %s of %s is a duplicate; not handled again", event_id, bot.app_id)

@@ -4,6 +4,7 @@ and the same work may succeed if tried again. Nothing about the request is wrong
 `is_transient(exc)` looks at `exc` and its causes (`__cause__` / `__context__`: Django wraps
 the driver's exception in its own `OperationalError` / `InterfaceError`):
 
+- a known outage (`plumbing.db.outage.DatabaseUnavailable`: the request failed at once);
 - connection lost or refused, the pool's wait for a connection timed out
   (`psycopg_pool.PoolTimeout`), a closed connection used again (`InterfaceError`);
 - SQLSTATE class 08 (connection exception), class 40 (transaction rollback: serialization
@@ -15,7 +16,9 @@ the driver's exception in its own `OperationalError` / `InterfaceError`):
 
 An error that is not transient (a constraint, bad SQL, a bug) is the work's own failure and
 retrying it changes nothing. Callers use this to retry bounded with `backoff`, to answer 503
-instead of 500 and never to store a transient failure as an answer.
+instead of 500 and never to store a transient failure as an answer. `is_busy(exc)` tells the
+one transient error that is load, not an outage: the pool's wait timed out while no outage is
+known (every connection was in use) — answered 503 `busy` instead of `database_unavailable`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import sqlite3
 
 from django.db import utils as db_utils
+
+from plumbing.db import outage
 
 #: SQLSTATE prefixes of transient PostgreSQL errors (see the module docstring).
 TRANSIENT_SQLSTATE_PREFIXES = ("08", "40", "57P", "53300")
@@ -55,6 +60,8 @@ def is_transient(exc: BaseException) -> bool:
     succeed when tried again once the database is back or free (see the module docstring).
     Pure; never raises."""
     for err in _causes(exc):
+        if isinstance(err, outage.DatabaseUnavailable):
+            return True
         if PoolTimeout is not None and isinstance(err, PoolTimeout):
             return True
         state = _sqlstate(err)
@@ -70,6 +77,20 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(err, db_utils.InterfaceError):
             return True  # a closed connection used again
         if isinstance(err, ConnectionError | TimeoutError):
+            return True
+    return False
+
+
+def is_busy(exc: BaseException, alias: str = "default") -> bool:
+    """True when `exc` is the connection pool's wait timing out (`psycopg_pool.PoolTimeout`)
+    while no outage of `alias` is known (`plumbing.db.outage`): the database is up and every
+    connection was in use. Pure apart from reading the outage state; never raises."""
+    if outage.is_down(alias) or PoolTimeout is None:
+        return False
+    for err in _causes(exc):
+        if isinstance(err, outage.DatabaseUnavailable):
+            return False
+        if isinstance(err, PoolTimeout):
             return True
     return False
 

@@ -53,7 +53,7 @@ from django.http.request import split_domain_port, validate_host
 from interactions.callbacks import dispatcher
 from interactions.channels.feishu import ingress
 from plumbing import metrics
-from plumbing.api import RETRY_AFTER_SECONDS, database_unavailable_body
+from plumbing.api import RETRY_AFTER_SECONDS, transient_error_body
 from plumbing.db import transient
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def _answer(scope, body: bytes, app_id: str) -> HttpResponseBase:
             log.warning(
                 "lark callback of %r: database unavailable (%s)", app_id[:64], type(exc).__name__
             )
-            response = ingress.AnswerResponse(database_unavailable_body(), status=503)
+            response = ingress.AnswerResponse(transient_error_body(exc), status=503)
             response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         else:
             log.exception("lark callback of %r failed outside the dispatcher", app_id[:64])
@@ -211,7 +211,9 @@ class LarkCallbackApp:
 
     Errors: a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` → 413 `{"error": "too_large"}`; the
     database unreachable before the click could be claimed → 503 `database_unavailable` with
-    `Retry-After`; the view's own answers otherwise (see `interactions.channels.feishu.ingress`).
+    `Retry-After` (at once while the outage is known, `plumbing.db.outage`; 503 `busy` when
+    every pooled connection stayed in use for the pool's wait); the view's own answers
+    otherwise (see `interactions.channels.feishu.ingress`).
     """
 
     def __init__(self, app):

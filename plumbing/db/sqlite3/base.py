@@ -19,15 +19,28 @@ can call `keep_connections_in_this_thread()` once: its connections then outlive 
 `init_command` PRAGMAs and, at the end, a close that may checkpoint the WAL (about 2–3 ms of
 a click's 10). Django's own request threads are one per request under ASGI, so they keep
 `CONN_MAX_AGE=0`: a persistent connection per thread would pile up.
+
+A write lock that cannot be had within the busy timeout (`DATABASE_LOCK_WAIT` seconds, 5:
+another process holds it, e.g. a `BEGIN IMMEDIATE` left open) makes the database *known
+locked* for this process (`plumbing.db.outage`): from then on a write (a transaction's BEGIN,
+a write statement outside one) raises `outage.DatabaseUnavailable` at once instead of waiting
+the busy timeout again, the threads queued for the write lock are failed as they reach the
+front of the queue, and a probe tries to take the lock (and lets it go) every
+`DATABASE_PROBE_INTERVAL` seconds (0.5) until it gets it. Reads need no write lock (WAL) and
+are not affected.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections import deque
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.sqlite3 import base, creation
+
+from plumbing.db import outage
 
 
 class FairLock:
@@ -89,6 +102,7 @@ class QueuedCursor(base.SQLiteCursorWrapper):
 
     queue: FairLock
     timeout: float
+    alias: str
 
     def _queued(self, query: str) -> bool:
         return not self.connection.in_transaction and not query.lstrip()[:9].upper().startswith(
@@ -98,22 +112,52 @@ class QueuedCursor(base.SQLiteCursorWrapper):
     def execute(self, query, params=None):
         if not self._queued(query):
             return super().execute(query, params)
-        held = self.queue.acquire(self.timeout)
-        try:
-            return super().execute(query, params)
-        finally:
-            if held:
-                self.queue.release()
+        return self._write(super().execute, query, params)
 
     def executemany(self, query, param_list):
         if not self._queued(query):
             return super().executemany(query, param_list)
+        return self._write(super().executemany, query, param_list)
+
+    def _write(self, run, query, params):
         held = self.queue.acquire(self.timeout)
         try:
-            return super().executemany(query, param_list)
+            outage.raise_if_down(self.alias)
+            try:
+                return run(query, params)
+            except sqlite3.OperationalError as exc:
+                if is_lock_timeout(exc):
+                    outage.connect_failed(self.alias, exc)
+                raise
         finally:
             if held:
                 self.queue.release()
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """True when `exc` (or a cause of it) is SQLite's "database is locked": the write lock was
+    not obtainable within the busy timeout (SQLITE_BUSY, https://www.sqlite.org/rescode.html#busy)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def probe_write_lock(name: str, wait: float = 0.1) -> None:
+    """Take SQLite's write lock of database file `name` on a fresh connection (waiting at most
+    `wait` seconds) and let it go at once; raises `sqlite3.OperationalError` when it is taken."""
+    raw = sqlite3.connect(name, timeout=wait, isolation_level=None)
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("ROLLBACK")
+    finally:
+        raw.close()
+
+
+_WATCHED: set[str] = set()
 
 
 class DatabaseCreation(creation.DatabaseCreation):
@@ -159,6 +203,13 @@ class DatabaseWrapper(base.DatabaseWrapper):
     creation_class = DatabaseCreation
     _holds_write_queue = False
 
+    def __init__(self, settings_dict, alias=DEFAULT_DB_ALIAS):
+        super().__init__(settings_dict, alias)
+        if alias not in _WATCHED:
+            _WATCHED.add(alias)
+            settings = self.settings_dict  # its NAME changes when a test database is made
+            outage.watch(alias, probe=lambda: probe_write_lock(str(settings["NAME"])))
+
     def connect(self):
         super().connect()
         if getattr(_THREAD, "keep", False):
@@ -178,6 +229,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         cursor = self.connection.cursor(factory=QueuedCursor)
         cursor.queue = write_lock(str(self.settings_dict["NAME"]))
         cursor.timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
+        cursor.alias = self.alias
         return cursor
 
     def _start_transaction_under_autocommit(self):
@@ -186,9 +238,12 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self._holds_write_queue = lock.acquire(timeout)
         self._queue_lock = lock
         try:
+            outage.raise_if_down(self.alias)
             super()._start_transaction_under_autocommit()
-        except BaseException:
+        except BaseException as exc:
             self._leave_write_queue()
+            if is_lock_timeout(exc):
+                outage.connect_failed(self.alias, exc)
             raise
 
     def _leave_write_queue(self) -> None:
@@ -220,6 +275,8 @@ __all__ = [
     "DatabaseWrapper",
     "FairLock",
     "QueuedCursor",
+    "is_lock_timeout",
     "keep_connections_in_this_thread",
+    "probe_write_lock",
     "write_lock",
 ]
