@@ -281,6 +281,11 @@ class CardEntity(models.Model):
       is sent (`interactions.cardqueue.service.send_card`), so a send interrupted after Feishu
       accepted the message is retried with the same entity and `uuid` and Feishu answers with
       the first message; `open_message_id` stays empty until the send's answer was recorded.
+    - `channel`: the channel kind showing the card (`interactions.kinds`, default "feishu");
+      the card worker applies its updates through that channel's `apply_update`.
+    - `address`: where a non-Feishu channel shows the message, a JSON object the channel
+      owns (Slack: `{"channel": "C…", "ts": "1700000000.000100"}`); `{}` for Feishu, whose
+      ids are `card_id` / `open_message_id`.
     """
 
     bot = models.ForeignKey(
@@ -301,6 +306,18 @@ class CardEntity(models.Model):
         blank=True,
         default="",
         help_text=_("Who owns the card: feedback, progress, approval, …"),
+    )
+    channel = models.CharField(
+        _("channel"),
+        max_length=16,
+        default="feishu",
+        help_text=_("The channel kind that shows this card; its updates go through that channel."),
+    )
+    address = models.JSONField(
+        _("address"),
+        default=dict,
+        blank=True,
+        help_text=_("Where the channel shows the message, e.g. Slack {channel, ts}."),
     )
     sequence = models.PositiveIntegerField(_("last sequence issued"), default=0)
     applied_sequence = models.PositiveIntegerField(_("last sequence applied"), default=0)

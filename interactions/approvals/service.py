@@ -202,9 +202,6 @@ def send_to_chat(ia: Interaction) -> Interaction:
     Raises `SendFailed` after recording the interaction as cancelled (reason `send_failed`),
     so a failed send never leaves a live pending interaction nobody can answer.
     """
-    # imported here: lark-oapi takes seconds to import, and every process imports this module
-    from interactions.lark.client import LarkApiError
-
     channel = channels.get(ia.channel)
     if not channel.capabilities.buttons or ia.card_id or ia.is_final:
         return ia
@@ -216,7 +213,7 @@ def send_to_chat(ia: Interaction) -> Interaction:
     except cards.InvalidCard as exc:
         outcome = resolve(ia, status=S.CANCELLED, via=V.CANCEL, reason="send_failed")
         raise SendFailed(outcome.interaction, msg="invalid card", problems=exc.problems) from None
-    except LarkApiError as exc:
+    except channel.send_errors as exc:
         log.warning("interaction %s: sending the card failed: %s", ia.public_id, exc)
         outcome = resolve(ia, status=S.CANCELLED, via=V.CANCEL, reason="send_failed")
         raise SendFailed(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
+from interactions import channels, kinds
 from interactions.approvals import service as approvals
 from interactions.lifecycle.resolve import REFUSALS, Refused, lazy_format
 from interactions.models import Interaction
@@ -168,12 +169,13 @@ def on_message(event) -> None:
     message_id = message.get("message_id")
     if not message_id:
         return
-    # imported here: lark-oapi takes seconds to import, and a text command is rare
-    from interactions.lark.client import LarkApiError, gateway_for
-
+    channel = channels.get(kinds.FEISHU)
     try:
-        gateway_for(event.bot).reply_text(
-            str(message_id), bilingual(reply.text), uuid=f"ia_reply_{event.event_id}"[:50]
+        channel.reply_text(
+            event.bot,
+            {"message_id": str(message_id)},
+            bilingual(reply.text),
+            uuid=f"ia_reply_{event.event_id}"[:50],
         )
-    except LarkApiError as exc:
+    except channel.send_errors as exc:
         log.warning("text command reply in %s failed: %s", message.get("chat_id", "?"), exc)

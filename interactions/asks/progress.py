@@ -31,7 +31,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
 from botadmin.services import effective_policy_for
-from interactions import events
+from interactions import channels, events, kinds
 from interactions.asks.card import RENDERER, refresh_card, render_session
 from interactions.asks.service import AskRefused, invalidate_session_asks
 from interactions.cardqueue import service as cards
@@ -94,9 +94,6 @@ def update_progress(
     first call names no `receive_id`, `SendFailed` when Feishu refused the first send (state
     kept; the next call tries again).
     """
-    # imported here: lark-oapi takes seconds to import (the API process has it loaded anyway)
-    from interactions.lark.client import LarkApiError
-
     if status not in PS.values:
         raise ValueError(f"unknown progress status {status!r}")
     now = now or timezone.now()
@@ -161,8 +158,10 @@ def update_progress(
             pk=session.pk
         )
         card_json = render_session(ProgressSession.objects.get(pk=session.pk))
+        # progress sessions are shown on Feishu (their sessions carry no other channel yet)
+        channel = channels.get(kinds.FEISHU)
         try:
-            entity = cards.send_card(
+            entity = channel.send(
                 bot,
                 card_json,
                 receive_id=session.receive_id,
@@ -170,7 +169,7 @@ def update_progress(
                 uuid=send_uuid(bot, session_id),
                 purpose="progress",
             )
-        except (cards.InvalidCard, LarkApiError) as exc:
+        except (cards.InvalidCard, *channel.send_errors) as exc:
             ProgressSession.objects.filter(pk=session.pk).update(sending_since=None)
             log.warning("progress %s: first send failed: %s", session.pk, exc)
             raise SendFailed(

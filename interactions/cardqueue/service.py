@@ -52,6 +52,61 @@ class InvalidCard(ValueError):
         super().__init__("; ".join(problems[:5]))
 
 
+class UpdateFailed(Exception):
+    """A channel could not apply one card update (`apply_update`). `retryable`: try again
+    later (rate limit, 5xx, network); `rate_limited`: the platform asked to slow down;
+    `retry_after`: seconds the platform asked to wait (HTTP `Retry-After`), or None; `code`:
+    the platform's error code (int) or None; `sequence`: the CardKit sequence the attempt used
+    (Feishu), else None; `unexpected`: not a platform answer but a bug or library error (the
+    worker logs its traceback). The message never contains card text."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        rate_limited: bool = False,
+        retry_after: float | None = None,
+        code: int | None = None,
+        sequence: int | None = None,
+        unexpected: bool = False,
+    ):
+        super().__init__(message)
+        self.retryable, self.rate_limited, self.retry_after = retryable, rate_limited, retry_after
+        self.code, self.sequence, self.unexpected = code, sequence, unexpected
+
+
+#: Who applies a card's updates, by channel kind (`CardEntity.channel`): an object with
+#: `apply_update(card, update) -> sequence | None` and `update_interval` (a timedelta).
+#: Channels register here (`interactions.channels.register` does it), so the queue never
+#: imports a channel.
+_appliers: dict[str, Any] = {}
+
+
+def register_applier(kind: str, applier) -> None:
+    """Apply the updates of cards of channel `kind` with `applier.apply_update(card, update)`
+    (see `interactions.channels.base.Channel.apply_update`), spacing requests to one message
+    `applier.update_interval` apart. Registering again replaces it."""
+    _appliers[kind] = applier
+
+
+def applier_for(card: CardEntity):
+    """The registered applier of `card`'s channel. Raises LookupError when there is none."""
+    try:
+        return _appliers[card.channel or "feishu"]
+    except KeyError:
+        raise LookupError(f"no channel applies updates of {card.channel!r} cards") from None
+
+
+def next_sequence(card: CardEntity) -> int:
+    """Take `card`'s next CardKit sequence (strictly increasing across workers and retries)."""
+    from django.db.models import F
+
+    with transaction.atomic():
+        CardEntity.objects.filter(pk=card.pk).update(sequence=F("sequence") + 1)
+        return CardEntity.objects.values_list("sequence", flat=True).get(pk=card.pk)
+
+
 @dataclass
 class Hold:
     """The updates enqueued while one callback is being answered (`token` marks their rows).

@@ -1,4 +1,9 @@
-"""Applying queued card updates (`CardUpdate`) to Feishu: the logic behind `manage.py card_worker`.
+"""Applying queued card updates (`CardUpdate`): the logic behind `manage.py card_worker`.
+
+Each update goes out through its card's own channel (`CardEntity.channel` → the applier the
+channel registered, `interactions.channels.base.Channel.apply_update`), which makes the
+platform call and raises `UpdateFailed` (retryable or not, `retry_after` seconds for a rate
+limit). What follows is said for Feishu; another channel sets its own `update_interval`.
 
 Per card at most one update is in flight and at most one is pending (newer state merged into
 it), so updates reach Feishu in the order their states were enqueued. Each request takes the
@@ -22,7 +27,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from interactions.cardqueue.service import render_now
+from interactions.cardqueue.service import UpdateFailed, applier_for, next_sequence, render_now
 from interactions.lark.cardjson import merge_updates
 from interactions.models import CardEntity, CardUpdate
 from plumbing import metrics
@@ -101,10 +106,8 @@ def release_updates(rows: list[CardUpdate], token: str) -> int:
 
 
 def apply_update(row: CardUpdate, token: str) -> str:
-    """Send one claimed update to Feishu and settle it; returns "done", "retry" or "failed"."""
-    # imported here: lark-oapi takes seconds to import, and every process imports the queue
-    from interactions.lark.client import LarkApiError, gateway_for
-
+    """Apply one claimed update through its card's own channel (`CardEntity.channel`, the
+    channel's `apply_update`) and settle it; returns "done", "retry" or "failed"."""
     card = CardEntity.objects.select_related("bot").get(pk=row.card_id)
     if row.renderer:  # rendered now, from the current state (cards.enqueue_render)
         try:
@@ -124,20 +127,17 @@ def apply_update(row: CardUpdate, token: str) -> str:
     if row.card_json is None and not card.card_id:
         settle(row, token, WorkStatus.FAILED, error="element updates need a CardKit card_id")
         return "failed"
-    sequence = _next_sequence(card) if card.card_id else None
     try:
-        gateway = gateway_for(card.bot)
-        if row.card_json is not None:
-            if card.card_id:
-                gateway.update_card(card.card_id, row.card_json, sequence=sequence)
-            else:
-                gateway.patch_message(card.open_message_id, row.card_json)
-        elif len(row.elements) == 1:
-            ((element_id, element),) = row.elements.items()
-            gateway.update_element(card.card_id, element_id, element, sequence=sequence)
-        else:
-            gateway.batch_update_elements(card.card_id, row.elements, sequence=sequence)
-    except LarkApiError as exc:
+        applier = applier_for(card)
+    except LookupError as exc:
+        settle(row, token, WorkStatus.FAILED, error=str(exc)[:500])
+        return "failed"
+    interval = getattr(applier, "update_interval", MESSAGE_INTERVAL)
+    try:
+        sequence = applier.apply_update(card, row)
+    except UpdateFailed as exc:
+        if exc.unexpected:
+            log.error("card %s: update %s raised", card.pk, row.pk, exc_info=exc.__cause__)
         return _failed(
             row,
             token,
@@ -146,14 +146,23 @@ def apply_update(row: CardUpdate, token: str) -> str:
             retryable=exc.retryable,
             code=exc.code,
             rate_limited=exc.rate_limited,
-            sequence=sequence,
+            sequence=exc.sequence,
+            interval=interval,
         )
     except Exception as exc:  # noqa: BLE001 - unexpected library/bug: keep the update, retry
         log.exception("card %s: update %s raised", card.pk, row.pk)
         return _failed(
-            row, token, card, exc, retryable=True, code=None, rate_limited=False, sequence=sequence
+            row,
+            token,
+            card,
+            exc,
+            retryable=True,
+            code=None,
+            rate_limited=False,
+            sequence=None,
+            interval=interval,
         )
-    _pace(card, MESSAGE_INTERVAL)
+    _pace(card, interval)
     with transaction.atomic():
         if settle(
             row,
@@ -174,13 +183,15 @@ def apply_update(row: CardUpdate, token: str) -> str:
     return "done"
 
 
-def _failed(row, token, card, exc, *, retryable, code, rate_limited, sequence) -> str:
+def _failed(
+    row, token, card, exc, *, retryable, code, rate_limited, sequence, interval=MESSAGE_INTERVAL
+) -> str:
     error = str(exc)[:500]
     delay = backoff(row.attempts)
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:  # never sooner than the server asked, capped
         delay = max(delay, min(timedelta(seconds=retry_after), MAX_RETRY_AFTER))
-    _pace(card, delay if rate_limited else MESSAGE_INTERVAL)
+    _pace(card, delay if rate_limited else interval)
     if retryable and row.attempts < MAX_ATTEMPTS:
         log.info(
             "card %s: update %s will retry in %.1fs (%s)",
@@ -206,11 +217,8 @@ def _failed(row, token, card, exc, *, retryable, code, rate_limited, sequence) -
     return "failed"
 
 
-def _next_sequence(card: CardEntity) -> int:
-    """Take the card's next CardKit sequence (strictly increasing across workers and retries)."""
-    with transaction.atomic():
-        CardEntity.objects.filter(pk=card.pk).update(sequence=F("sequence") + 1)
-        return CardEntity.objects.values_list("sequence", flat=True).get(pk=card.pk)
+#: Kept for callers of the old name: `interactions.cardqueue.service.next_sequence`.
+_next_sequence = next_sequence
 
 
 def _pace(card: CardEntity, delay: timedelta) -> None:

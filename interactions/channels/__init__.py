@@ -28,11 +28,18 @@ _channels: dict[str, Channel] = {}
 
 def register(channel: Channel) -> None:
     """Make `channel` the implementation of its kind (`channel.name`, a kind of
-    `kinds.KINDS`). Registering again replaces it (ready() may run twice)."""
+    `kinds.KINDS`), and, when it can update sent messages, the applier of its cards' queued
+    updates (`cardqueue.service.register_applier`). Registering again replaces it (ready()
+    may run twice)."""
     if kinds.normalize(channel.name) != channel.name:
         raise ValueError(f"{channel.name!r} is not a canonical channel kind")
     with _lock:
         _channels[channel.name] = channel
+    if channel.capabilities.update:
+        # the card worker applies this channel's updates; it never imports a channel
+        from interactions.cardqueue import service as cards
+
+        cards.register_applier(channel.name, channel)
 
 
 def get(kind: str) -> Channel:

@@ -21,6 +21,10 @@ What a channel does, and what it must never do:
   updates; `update` never calls the platform directly but queues the new state in the durable
   card-update queue (`interactions.cardqueue`), which coalesces bursts, keeps the platform's
   rate limits and retries, and never lets an older state overtake a newer one (`version`).
+- **Applying updates.** `apply_update` is the one platform call behind the queue: the card
+  worker hands it each update of a card of this channel (`CardEntity.channel`), and it raises
+  `cardqueue.service.UpdateFailed` (retryable, `retry_after`) for the worker to retry.
+  `update_interval` spaces updates of one message; `send_errors` are what `send` raises.
 - **Callbacks.** `parse_callback` turns a *verified* platform callback (the transport checked
   its signature or token first) into the channel-neutral `CardAction` that handlers receive.
 - **Identity.** The person who acted comes from the verified payload (`operator`), never from
@@ -30,6 +34,7 @@ What a channel does, and what it must never do:
 from __future__ import annotations
 
 import abc
+from datetime import timedelta
 from typing import Any
 
 from interactions.kinds import Capabilities
@@ -41,6 +46,16 @@ Message = dict[str, Any] | str
 class Unsupported(Exception):
     """The channel cannot do this (e.g. a text channel cannot send: the backend sends its
     text; it has no callbacks to parse)."""
+
+
+class ChannelSendError(Exception):
+    """A channel refused or failed a send (`code`, `msg`, `log_id`: the platform's error
+    code, message and request id when it answered; no message text). Channels whose SDK has
+    its own error type list it in `Channel.send_errors` instead."""
+
+    def __init__(self, msg: str = "", *, code=None, log_id: str = ""):
+        super().__init__(msg or "send failed")
+        self.code, self.msg, self.log_id = code, msg, log_id
 
 
 class Channel(abc.ABC):
@@ -98,6 +113,34 @@ class Channel(abc.ABC):
         applied by the card worker after the transaction commits (and, inside a callback,
         after the callback's answer was sent). `version` (per message, increasing) drops an
         update older than one already queued. Joins the caller's transaction."""
+
+    #: Shortest gap between two updates of one message (the card worker paces by it).
+    update_interval: timedelta = timedelta(milliseconds=200)
+
+    @property
+    def send_errors(self) -> tuple[type[Exception], ...]:
+        """The exceptions `send` raises when the platform refused or the call failed; each
+        has `code`, `msg` and `log_id` (the domain catches these, records a failed send and
+        answers with them). Default: `ChannelSendError`."""
+        return (ChannelSendError,)
+
+    def apply_update(self, card, update) -> int | None:
+        """Make the platform call that applies one queued update (called by the card worker,
+        `interactions.cardqueue.worker`, never inside a transaction). `card` is the
+        `CardEntity` (`address` / `open_message_id` / `card_id` say where it is shown), `update`
+        the `CardUpdate` whose `card_json` holds the whole new message (or `elements`, Feishu
+        only). Returns the CardKit sequence used (Feishu) or None. Raises
+        `interactions.cardqueue.service.UpdateFailed`: `retryable` for rate limits, 5xx and
+        network errors, with `retry_after` seconds when the platform said (HTTP 429
+        `Retry-After`). Channels without updates keep this default (`Unsupported`)."""
+        raise Unsupported(f"{self.name} cannot update a sent message")
+
+    def reply_text(self, bot, reply_to: dict[str, Any], text: str, *, uuid: str = "") -> None:
+        """Reply plain `text` where a typed command came from (`reply_to`: the channel's own
+        address of that message, e.g. Feishu `{"message_id"}`, Slack `{"channel", "ts"}`).
+        `uuid` deduplicates a retried reply where the platform can. Network I/O; raises one
+        of `send_errors`."""
+        raise Unsupported(f"{self.name} cannot reply")
 
     # -- callbacks and identity --------------------------------------------------------------
 
