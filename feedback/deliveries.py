@@ -57,7 +57,7 @@ from botadmin.models import Bot, Chat
 from botadmin.policy import USED_NONE, apply_agent_options
 from botadmin.services import effective_policy_for
 from feedback import cards as feedback_cards
-from feedback import terminals
+from feedback import slack_delivery, terminals
 from feedback.models import Delivery
 from feedback.outbox import effective_destinations
 from interactions.cardqueue import service as cards
@@ -141,6 +141,19 @@ class DeliveryRequest:
     usage: dict[str, Any] | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     feedback_options: dict[str, Any] | None = None
+    #: `Delivery.Channel`: `feishu` sends `card`; `slack` sends `blocks` (Block Kit, a list)
+    #: with the fallback `text` through the bot's Slack app (`feedback.slack_delivery`).
+    channel: str = Delivery.Channel.FEISHU
+    blocks: list[dict[str, Any]] | None = None
+    text: str = ""
+    #: The request field that chose the channel (`channel`, or `blocks` when inferred), named
+    #: in the error of a bot that cannot send there.
+    channel_field: str = "channel"
+
+    @property
+    def message(self) -> Any:
+        """What the backend gave to send: the card (Feishu) or the blocks (Slack), or None."""
+        return self.blocks if self.channel == Delivery.Channel.SLACK else self.card
 
     @property
     def registers(self) -> bool:
@@ -269,19 +282,23 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     if existing is not None:
         return _retry(existing, request)
 
+    slack = request.channel == Delivery.Channel.SLACK
     problems: dict[str, list[str]] = {}
-    card = request.card
-    if card is None and not request.registers:
-        problems["card"] = [str(_("This field is required."))]
-    if request.registers and not (request.platform_message_id and request.card_id):
-        missing = "card_id" if request.platform_message_id else "platform_message_id"
-        problems[missing] = [
-            str(_("Registering a card you sent needs both platform_message_id and card_id."))
-        ]
-    if card is not None:
-        own = _card_problems(card)
-        if own:
-            problems["card"] = own[:20]
+    card = request.message
+    if slack:
+        problems = slack_delivery.request_problems(bot, request)
+    else:
+        if card is None and not request.registers:
+            problems["card"] = [str(_("This field is required."))]
+        if request.registers and not (request.platform_message_id and request.card_id):
+            missing = "card_id" if request.platform_message_id else "platform_message_id"
+            problems[missing] = [
+                str(_("Registering a card you sent needs both platform_message_id and card_id."))
+            ]
+        if card is not None:
+            own = _card_problems(card)
+            if own:
+                problems["card"] = own[:20]
     if problems:
         raise InvalidDelivery(problems)
 
@@ -296,7 +313,7 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     if shown and snapshot.get("audience") == "requester" and not request.requester_open_id:
         raise InvalidDelivery(
             {
-                "requester_open_id": [
+                ("requester_user_id" if slack else "requester_open_id"): [
                     str(
                         _(
                             "Required: the policy of this chat lets only the requester give "
@@ -309,7 +326,12 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
 
     delivery_id = delivery_id_for(bot, request)
     composed = None
-    if card is not None:
+    if slack:
+        try:
+            composed = slack_delivery.compose(card, snapshot if shown else None, delivery_id)
+        except slack_delivery.BlocksRefused as exc:
+            raise InvalidDelivery(exc.errors) from None
+    elif card is not None:
         area = feedback_cards.feedback_area(snapshot, delivery_id, None) if shown else None
         try:
             composed = feedback_cards.compose(card, area)
@@ -340,7 +362,8 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
                 response_kind=(
                     Delivery.ResponseKind.FINAL if final else Delivery.ResponseKind.PROGRESS
                 ),
-                content_hash=feedback_cards.content_hash(card) if card is not None else "",
+                channel=request.channel,
+                content_hash=_content_hash(request),
                 feedback_shown=shown,
                 feedback_reason=reason,
                 policy_snapshot=snapshot,
@@ -359,6 +382,14 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     delivery.bot = bot
     _send(delivery, request, composed)
     return Delivered(delivery, created=True)
+
+
+def _content_hash(request: DeliveryRequest) -> str:
+    """`content_hash` of what the backend gave (the card; a Slack message's blocks and
+    text), "" when it gave none."""
+    if request.channel == Delivery.Channel.SLACK:
+        return feedback_cards.content_hash({"blocks": request.blocks, "text": request.text})
+    return feedback_cards.content_hash(request.card) if request.card is not None else ""
 
 
 def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
@@ -391,6 +422,8 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
     request = dataclasses.replace(
         request, chat_id=(existing.policy_snapshot or {}).get("chat_id") or request.chat_id
     )
+    if existing.channel == Delivery.Channel.SLACK:
+        return _retry_slack(existing, request)
     card = request.card
     composed = None
     if existing.card_id and not request.registers:
@@ -437,8 +470,38 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
     return Delivered(existing, created=False, resent=True)
 
 
-def _send(delivery: Delivery, request: DeliveryRequest, composed: dict[str, Any] | None) -> None:
+def _retry_slack(existing: Delivery, request: DeliveryRequest) -> Delivered:
+    """Send a claimed Slack delivery again (`_retry`): the retry's blocks with the area of the
+    frozen snapshot. Slack has no send dedupe, so an interrupted send that did reach Slack
+    shows twice; only the second message is the delivery's."""
+    request = dataclasses.replace(request, channel=Delivery.Channel.SLACK)
+    problems = slack_delivery.request_problems(existing.bot, request)
+    if problems:
+        _mark_failed(existing, "invalid_card")
+        raise InvalidDelivery(problems)
+    snapshot = existing.policy_snapshot if existing.feedback_shown else None
+    try:
+        composed = slack_delivery.compose(request.blocks, snapshot, existing.delivery_id)
+    except slack_delivery.BlocksRefused as exc:
+        _mark_failed(existing, "invalid_card")
+        raise InvalidDelivery(exc.errors) from None
+    Delivery.objects.filter(pk=existing.pk).update(content_hash=_content_hash(request))
+    existing.content_hash = _content_hash(request)
+    _send(existing, request, composed)
+    return Delivered(existing, created=False, resent=True)
+
+
+def _send(delivery: Delivery, request: DeliveryRequest, composed: Any) -> None:
     """Network part: send or register, then `_mark_sent`; `_mark_failed` + SendFailed on error."""
+    if delivery.channel == Delivery.Channel.SLACK:
+        try:
+            ts = slack_delivery.post(delivery.bot, request.chat_id, composed, request.text)
+        except slack_delivery.SlackSendError as exc:
+            log.warning("delivery %s: Slack refused the message: %s", delivery.delivery_id, exc)
+            _mark_failed(delivery, f"slack_{exc.error}")
+            raise SendFailed(delivery, code=-1, msg=exc.error) from None
+        _mark_sent_ids(delivery, ts, "")
+        return
     # local for start-up cost: the client loads lark-oapi (~4-6 s); only a send needs it
     from interactions.lark.client import LarkApiError
 
@@ -548,11 +611,16 @@ def _write_whole_card(entity: CardEntity, card: dict[str, Any]) -> None:
 
 def _mark_sent(delivery: Delivery, entity: CardEntity) -> None:
     """Record the platform ids and status `sent`; `turn.completed` if the terminal came first."""
+    _mark_sent_ids(delivery, entity.open_message_id, entity.card_id)
+
+
+def _mark_sent_ids(delivery: Delivery, message_id: str, card_id: str) -> None:
+    """`_mark_sent` with the platform ids: the Feishu message and card, or a Slack `ts`."""
     try:
         with transaction.atomic():
             locked = Delivery.objects.select_for_update().get(pk=delivery.pk)
-            locked.platform_message_id = entity.open_message_id
-            locked.card_id = entity.card_id
+            locked.platform_message_id = message_id
+            locked.card_id = card_id
             locked.status = Delivery.Status.SENT
             locked.error_code = ""
             locked.save(

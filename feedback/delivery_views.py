@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from botadmin import policy as pol
 from botadmin.auth import IsBot
-from feedback import deliveries
+from feedback import deliveries, slack_delivery
 from feedback.models import Delivery, Semantic
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
 from plumbing.api import ApiError
@@ -106,6 +106,10 @@ class FeedbackOptionsSerializer(serializers.Serializer):
                     "properties": {"platform_message_id": {"pattern": r"\S"}},
                     "required": ["platform_message_id"],
                 },
+                {
+                    "properties": {"blocks": {"type": "array"}},
+                    "required": ["blocks"],
+                },
             ]
         },
     ),
@@ -113,7 +117,34 @@ class FeedbackOptionsSerializer(serializers.Serializer):
 class DeliveryCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/deliveries`."""
 
-    chat_id = StrictCharField(max_length=64, help_text="Feishu chat_id (oc_…).")
+    channel = serializers.ChoiceField(
+        choices=Delivery.Channel.choices,
+        required=False,
+        help_text=(
+            "feishu (sends `card`) or slack (sends `blocks` through the bot's Slack app). "
+            "Absent: slack when `blocks` is given, else feishu."
+        ),
+    )
+    chat_id = StrictCharField(
+        max_length=64,
+        help_text="Feishu chat_id (oc_…), or the Slack conversation id (C…, G…, D…).",
+    )
+    blocks = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=(
+            "Slack: the answer as a list of Block Kit blocks, ≤ 30 KB of JSON. Cardloop appends "
+            "its feedback area (blocks with block_id fb_…); only a hash is stored."
+        ),
+    )
+    text = StrictCharField(
+        max_length=slack_delivery.TEXT_MAX,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Slack: the message's fallback text (notifications); never stored.",
+    )
     card = serializers.JSONField(
         required=False,
         allow_null=True,
@@ -140,6 +171,14 @@ class DeliveryCreateSerializer(serializers.Serializer):
     )
     discriminator = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
     requester_open_id = OpenIdField(required=False, allow_blank=True, default="")
+    requester_user_id = StrictRegexField(
+        r"^[UW][A-Z0-9]{2,30}$",
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Slack: the user id (U…/W…) of the person who asked (instead of "
+        "requester_open_id).",
+    )
     topic_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
     platform_message_id = StrictCharField(
         max_length=64,
@@ -201,6 +240,15 @@ class DeliveryCreateSerializer(serializers.Serializer):
             raise serializers.ValidationError(_("card must be at most 30 KB of JSON."))
         return value
 
+    def validate_blocks(self, value):
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(b, dict) for b in value):
+            raise serializers.ValidationError(_("blocks must be a list of Block Kit blocks."))
+        if len(card_bytes(value)) > MAX_CARD_BYTES:
+            raise serializers.ValidationError(_("blocks must be at most 30 KB of JSON."))
+        return value
+
     def validate_feedback_options(self, value):
         try:
             return pol.validate_agent_options(_plain(value))
@@ -226,11 +274,30 @@ class DeliveryCreateSerializer(serializers.Serializer):
                     ]
                 }
             )
+        given = "channel" in attrs
+        channel = attrs.get("channel") or (
+            Delivery.Channel.SLACK if attrs.get("blocks") is not None else Delivery.Channel.FEISHU
+        )
+        attrs["channel"] = channel
+        attrs["channel_field"] = "channel" if given else "blocks"
+        if channel == Delivery.Channel.FEISHU:
+            for name in ("blocks", "text", "requester_user_id"):
+                if attrs.get(name) not in (None, ""):
+                    raise serializers.ValidationError(
+                        {name: [_("Only a Slack message (channel slack) takes this field.")]}
+                    )
+        elif attrs.get("requester_open_id"):
+            raise serializers.ValidationError(
+                {"requester_open_id": [_("On Slack the requester is requester_user_id (U…).")]}
+            )
         return attrs
 
     def to_request(self) -> deliveries.DeliveryRequest:
         data = dict(self.validated_data)
         metadata = {k: data.pop(k) for k in deliveries.METADATA_FIELDS}
+        slack_requester = data.pop("requester_user_id", "")
+        if data["channel"] == Delivery.Channel.SLACK:
+            data["requester_open_id"] = slack_requester
         return deliveries.DeliveryRequest(metadata=metadata, **data)
 
 
@@ -346,6 +413,21 @@ class DeliveryCreateView(APIView):
         except deliveries.InvalidDelivery as exc:
             raise ApiError("invalid", exc.errors, 400) from None
         except deliveries.SendFailed as exc:
+            if exc.delivery.channel == Delivery.Channel.SLACK:
+                raise ApiError(
+                    "send_failed",
+                    {
+                        "message": str(
+                            _(
+                                "Slack did not accept the message; the delivery is kept as "
+                                "send_failed and a retry sends it again."
+                            )
+                        ),
+                        "slack_error": exc.msg,
+                        "delivery": delivery_json(exc.delivery, True),
+                    },
+                    502,
+                ) from None
             raise ApiError(
                 "send_failed",
                 {
