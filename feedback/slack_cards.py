@@ -14,8 +14,8 @@ fb_buttons         actions           one button per policy button (action_id `fb
                                      left out once the choice is final (Slack buttons cannot be
                                      disabled)
 fb_detail          context           who may give feedback   (no choice yet, positive, progress)
-                   section + inputs  "What was wrong?" + input fb_detail_reason (static_select
-                                     action_id fb_reason) + input fb_detail_comment
+                   section + inputs  "What was wrong?" + input fb_reason (static_select
+                                     action_id fb_reason) + input fb_comment
                                      (plain_text_input action_id fb_comment) + actions
                                      fb_detail_submit (button value {"kind": "feedback_detail",
                                      "delivery": id, "rev": rev})  (negative choice, no details)
@@ -26,7 +26,7 @@ fb_footer          context           "Feedback is recorded by Cardloop"
 Button values are the JSON of the action value, as for every Cardloop button; the input
 blocks' values arrive in the `state.values` of the submit click
 (https://api.slack.com/reference/interaction-payloads/block-actions), keyed by their
-`action_id`s, which are `feedback.cards.REASON_FIELD` / `COMMENT_FIELD` so the same
+`block_id`s, which are `feedback.cards.REASON_FIELD` / `COMMENT_FIELD` so the same
 `feedback.revisions` handlers read them. Slack shows one text to every reader, so the area is
 rendered in the snapshot's `card_language` (the bot's). User-given labels are escaped for
 mrkdwn (https://api.slack.com/reference/surfaces/formatting#escaping). Slack's limits are
@@ -51,9 +51,11 @@ DIVIDER, STATUS, BUTTONS, DETAIL, FOOTER = (
     "fb_detail",
     "fb_footer",
 )
+#: The input blocks' block_ids are the form fields `feedback.revisions` reads: Slack's
+#: `state.values` is keyed by block_id, and the channel hands the handlers `{block_id: value}`.
 DETAIL_REASON, DETAIL_COMMENT, DETAIL_SUBMIT = (
-    "fb_detail_reason",
-    "fb_detail_comment",
+    feedback_cards.REASON_FIELD,
+    feedback_cards.COMMENT_FIELD,
     "fb_detail_submit",
 )
 #: block_ids and action_ids starting with this are reserved for the feedback area.
