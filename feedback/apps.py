@@ -33,6 +33,12 @@ class FeedbackConfig(AppConfig):
         slack = channels.get("slack")
         if slack.name == "slack" and hasattr(slack, "use_feedback_renderer"):
             slack.use_feedback_renderer(slack_cards.feedback_area)
+        # A Slack answer's message is rendered when its update is applied (read back, the
+        # feedback blocks replaced), so the queue never holds the answer.
+        from feedback import slack_delivery
+        from interactions.cardqueue import service as card_queue
+
+        card_queue.register_renderer(slack_delivery.RENDERER, slack_delivery.render_update)
 
         registry.register("feedback", revisions.on_feedback)
         registry.register("feedback_detail", revisions.on_feedback_detail)

@@ -495,7 +495,9 @@ def _send(delivery: Delivery, request: DeliveryRequest, composed: Any) -> None:
     """Network part: send or register, then `_mark_sent`; `_mark_failed` + SendFailed on error."""
     if delivery.channel == Delivery.Channel.SLACK:
         try:
-            ts = slack_delivery.post(delivery.bot, request.chat_id, composed, request.text)
+            ts = slack_delivery.post(
+                delivery.bot, request.chat_id, composed, request.text, uuid=delivery.delivery_id
+            )
         except slack_delivery.SlackSendError as exc:
             log.warning("delivery %s: Slack refused the message: %s", delivery.delivery_id, exc)
             _mark_failed(delivery, f"slack_{exc.error}")

@@ -53,6 +53,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from feedback import cards as feedback_cards
+from feedback import slack_delivery
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
 from interactions.callbacks import registry
@@ -225,7 +226,11 @@ def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
     and leaves the card as it is: the fact is recorded and the answer stays a toast (a click
-    is never lost to a card Feishu would refuse)."""
+    is never lost to a card Feishu would refuse). A Slack answer's area is repainted by
+    re-reading its message when the update is applied (`slack_delivery.queue_repaint`)."""
+    if delivery.channel == Delivery.Channel.SLACK:
+        slack_delivery.queue_repaint(delivery)
+        return
     if not delivery.card_id:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
         return

@@ -7,10 +7,19 @@ sent by the bot's Slack app (`botadmin.models.SlackApp`) with `chat.postMessage`
 `D…`); the message's `ts` is the delivery's `platform_message_id`. Without a bot token the app
 is in dry run (`interactions.channels.slack.webapi`: a log line and a synthetic `ts`). Neither
 the blocks nor the text are stored; only their `content_hash`.
+
+After a click the area is repainted through the card-update queue, after the click's answer:
+`queue_repaint` queues a render (`RENDERER`) of the delivery's message; when the card worker
+applies it, `render_update` reads the message back from Slack (`webapi.read_message`:
+`conversations.history` / `conversations.replies`), replaces only its `fb_` blocks with the
+current area (`slack_cards.replace_area`) and hands the whole message to the Slack channel's
+`chat.update` — in memory only, so the answer never reaches a queue row. In dry run nothing can
+be read back: the update carries the area alone, which the dry run only logs.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -19,7 +28,16 @@ from django.utils.translation import gettext as _
 from botadmin.models import SlackApp
 from feedback import cards as feedback_cards
 from feedback import slack_cards
+from feedback.models import Delivery
+from interactions import channels
+from interactions.cardqueue import service as cards
 from interactions.channels.slack import limits, webapi
+from interactions.models import CardEntity
+
+log = logging.getLogger(__name__)
+
+#: The card-queue renderer of a Slack answer's message (registered in FeedbackConfig.ready()).
+RENDERER = "slack_feedback"
 
 #: Longest fallback `text` accepted (Slack truncates messages longer than 40,000 characters
 #: and recommends at most 4,000: https://api.slack.com/methods/chat.postMessage#truncating).
@@ -97,13 +115,29 @@ def compose(
     return composed
 
 
-def post(bot, channel: str, blocks: list[dict[str, Any]], text: str) -> str:
+def post(bot, channel: str, blocks: list[dict[str, Any]], text: str, *, uuid: str) -> str:
     """Send `blocks` with fallback `text` to conversation `channel` from `bot`'s Slack app;
-    returns the message's `ts`. Network I/O: call outside any transaction. Raises
-    `SlackSendError`."""
+    returns the message's `ts`. Through the Slack channel (`interactions.channels`), which
+    records the message as a `CardEntity` (`send_uuid` = `uuid`, the delivery id;
+    `address` = `{"channel", "ts"}`) so its feedback area can be updated; until that channel
+    is registered, straight through `webapi` (then nothing records it for updates). Network
+    I/O: call outside any transaction. Raises `SlackSendError`."""
     app = slack_app(bot)
     if app is None:
         raise SlackSendError("no_slack_app")
+    slack = channels.get("slack")
+    if slack.name == "slack":
+        try:
+            entity = slack.send(
+                bot,
+                {"blocks": blocks, "text": text},
+                receive_id=channel,
+                uuid=uuid,
+                purpose="feedback",
+            )
+        except slack.send_errors as exc:
+            raise SlackSendError(str(getattr(exc, "code", "") or "unknown")) from None
+        return str((entity.address or {}).get("ts") or "")
     try:
         sent = webapi.post_message(
             app.secret("bot_token"),
@@ -115,3 +149,48 @@ def post(bot, channel: str, blocks: list[dict[str, Any]], text: str) -> str:
     except webapi.SlackCallError as exc:
         raise SlackSendError(exc.error) from None
     return sent["ts"]
+
+
+def queue_repaint(delivery: Delivery) -> None:
+    """Queue the repaint of Slack `delivery`'s feedback area (its current revision) in the
+    caller's transaction: a render of its message (`RENDERER`), applied by the card worker
+    after the click's answer. A delivery whose message was never recorded is logged and left."""
+    entity = CardEntity.objects.for_send(delivery.bot, delivery.delivery_id).first()
+    if entity is None or not (entity.address or {}).get("ts"):
+        log.warning("delivery %s: no Slack message to update", delivery.delivery_id)
+        return
+    cards.enqueue_render(entity, RENDERER)
+
+
+def render_update(card: CardEntity) -> dict[str, Any] | None:
+    """The whole new message of the Slack answer shown by `card` (`{"blocks", "text"}`): the
+    message as Slack has it now with its feedback area replaced by the delivery's current
+    state; None when there is nothing to update (no such delivery, no feedback, the message
+    was deleted). The card worker calls it when it applies the update. Raises
+    `webapi.SlackCallError` when Slack cannot be read (the worker retries)."""
+    delivery = (
+        Delivery.objects.filter(
+            bot_id=card.bot_id, delivery_id=card.send_uuid, channel=Delivery.Channel.SLACK
+        )
+        .select_related("current_revision")
+        .first()
+    )
+    if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
+        return None
+    area = slack_cards.feedback_area(
+        delivery.policy_snapshot,
+        delivery.delivery_id,
+        feedback_cards.Choice.of(delivery.current_revision),
+    )
+    app = slack_app(card.bot)
+    token = app.secret("bot_token") if app is not None else ""
+    if not token:  # dry run: nothing to read back; the dry-run chat.update only logs
+        return {"blocks": area, "text": ""}
+    address = card.address or {}
+    message = webapi.read_message(
+        token, address["channel"], address["ts"], base_url=settings.CARDLOOP_SLACK_API_BASE_URL
+    )
+    if message is None:
+        log.info("delivery %s: its Slack message is gone; not updated", delivery.delivery_id)
+        return None
+    return {"blocks": slack_cards.replace_area(message["blocks"], area), "text": message["text"]}

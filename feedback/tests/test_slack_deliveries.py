@@ -32,9 +32,49 @@ def answer_blocks(text: str = "The answer") -> list[dict]:
     ]
 
 
+class MessagesStub(SlackStub):
+    """`SlackStub` that also keeps every posted message and answers
+    `conversations.history` (`latest`, `inclusive`, `limit`; a channel's own messages) and
+    `conversations.replies` (`ts` of a thread's message) from them, shapes from
+    https://api.slack.com/methods/conversations.history and …/conversations.replies.
+    `thread_replies` are messages only a thread holds (never in the history)."""
+
+    def __init__(self, tokens):
+        super().__init__(tokens)
+        self.messages: dict[tuple[str, str], dict] = {}
+        self.thread_replies: dict[tuple[str, str], dict] = {}
+
+    def answer(self, method, token, params):
+        if token in self.tokens and method == "conversations.history":
+            latest = params.get("latest")
+            found = [
+                m
+                for (channel, ts), m in sorted(self.messages.items(), reverse=True)
+                if channel == params.get("channel") and (latest is None or ts <= latest)
+            ]
+            return {"ok": True, "messages": found[: int(params.get("limit") or 100)]}
+        if token in self.tokens and method == "conversations.replies":
+            key = (params.get("channel"), params.get("ts"))
+            message = self.thread_replies.get(key) or self.messages.get(key)
+            if message is None:
+                return {"ok": False, "error": "thread_not_found"}
+            return {"ok": True, "messages": [message]}
+        body = super().answer(method, token, params)
+        if method == "chat.postMessage" and body.get("ok"):
+            blocks = params.get("blocks")
+            blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+            self.messages[(body["channel"], body["ts"])] = {
+                "type": "message",
+                "ts": body["ts"],
+                "text": params.get("text", ""),
+                "blocks": blocks,
+            }
+        return body
+
+
 @pytest.fixture
 def slack_stub():
-    stub = SlackStub(tokens={TOKEN: "T0TEAM"}).start()
+    stub = MessagesStub(tokens={TOKEN: "T0TEAM"}).start()
     with override_settings(CARDLOOP_SLACK_API_BASE_URL=stub.base_url):
         yield stub
     stub.stop()
@@ -232,3 +272,83 @@ def test_feedback_area_blocks_of_the_sent_message_are_the_renderers(slack_api):
     assert blocks[2:] == slack_cards.feedback_area(
         delivery.policy_snapshot, delivery.delivery_id, None
     )
+
+
+def _slack_card(delivery):
+    """The message record the Slack channel keeps for a sent answer (its `send` makes it)."""
+    from interactions.models import CardEntity
+
+    return CardEntity.objects.get_or_create(
+        bot=delivery.bot,
+        send_uuid=delivery.delivery_id,
+        defaults={
+            "channel": "slack",
+            "purpose": "feedback",
+            "address": {"channel": CHANNEL, "ts": delivery.platform_message_id},
+        },
+    )[0]
+
+
+def test_a_click_queues_a_render_that_reads_the_message_back_and_replaces_only_the_area(
+    slack_api,
+):
+    from feedback import revisions, slack_delivery
+    from interactions.models import CardUpdate
+
+    blocks = answer_blocks(f"*{SENTINEL}*")
+    body = slack_api.deliver(blocks=blocks, text=f"{SENTINEL} text").json()
+    delivery = Delivery.objects.get(delivery_id=body["delivery_id"])
+    card = _slack_card(delivery)
+    outcome = revisions.record_choice(
+        slack_api.bot,
+        delivery_id=delivery.delivery_id,
+        operator_open_id=REQUESTER,
+        verdict_key="incorrect",
+        rev="",
+        open_message_id=delivery.platform_message_id,
+        open_chat_id=CHANNEL,
+    )
+    assert outcome.code == revisions.RECORDED
+    (queued,) = CardUpdate.objects.filter(card=card)
+    assert queued.renderer == slack_delivery.RENDERER and queued.card_json is None
+    message = slack_delivery.render_update(card)
+    delivery.refresh_from_db()
+    assert message["text"] == f"{SENTINEL} text"
+    assert message["blocks"][:2] == blocks
+    assert message["blocks"][2:] == slack_cards.feedback_area(
+        delivery.policy_snapshot,
+        delivery.delivery_id,
+        revisions.feedback_cards.Choice.of(delivery.current_revision),
+    )
+    assert message["blocks"][3]["text"]["text"] == "已选择：*结论有误*"
+    reads = [m for m, _t, _p in slack_api.stub.calls if m.startswith("conversations.")]
+    assert reads == ["conversations.history"]
+
+
+def test_a_thread_reply_is_read_back_from_the_thread(slack_api):
+    from feedback import slack_delivery
+
+    body = slack_api.deliver().json()
+    delivery = Delivery.objects.get(delivery_id=body["delivery_id"])
+    key = (CHANNEL, delivery.platform_message_id)
+    stub = slack_api.stub
+    stub.thread_replies[key] = {**stub.messages.pop(key), "thread_ts": "1600000000.000001"}
+    message = slack_delivery.render_update(_slack_card(delivery))
+    assert message["blocks"][:2] == answer_blocks()
+    reads = [m for m, _t, _p in stub.calls if m.startswith("conversations.")]
+    assert reads == ["conversations.history", "conversations.replies"]
+
+
+def test_a_deleted_message_or_a_dry_run_needs_no_read_back(slack_api):
+    from feedback import slack_delivery
+
+    body = slack_api.deliver().json()
+    delivery = Delivery.objects.get(delivery_id=body["delivery_id"])
+    slack_api.stub.messages.clear()
+    assert slack_delivery.render_update(_slack_card(delivery)) is None
+    services.clear_slack_secret(None, slack_api.app, "bot_token")
+    dry = slack_delivery.render_update(_slack_card(delivery))
+    assert dry == {
+        "blocks": slack_cards.feedback_area(delivery.policy_snapshot, delivery.delivery_id, None),
+        "text": "",
+    }

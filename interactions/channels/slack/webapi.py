@@ -98,3 +98,53 @@ def post_message(
     except (SlackClientError, OSError):
         raise SlackCallError("transport") from None
     return {"channel": str(resp.get("channel") or channel), "ts": str(resp["ts"]), "dry_run": False}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a sent message back (a feedback area is replaced without Cardloop storing the answer)
+# ---------------------------------------------------------------------------------------------
+
+
+def read_message(
+    token: str, channel: str, ts: str, base_url: str = DEFAULT_BASE_URL
+) -> dict | None:
+    """The message `ts` of conversation `channel` as Slack has it now: `{"ts", "text",
+    "blocks", "thread_ts"}`, or None when Slack returns no message with that `ts` (deleted).
+
+    `conversations.history` with `latest=ts`, `inclusive`, `limit=1` finds a message of the
+    channel (https://api.slack.com/methods/conversations.history); a reply in a thread is not
+    in the history, so then `conversations.replies` with `ts`
+    (https://api.slack.com/methods/conversations.replies) is asked. Scopes: `channels:history`,
+    `groups:history`, `im:history`, `mpim:history` (for the conversation types the app posts
+    in). Raises SlackCallError (Slack's error code, or `transport`). Never logs the text."""
+    web = client(token, base_url)
+    try:
+        history = web.conversations_history(channel=channel, latest=ts, inclusive=True, limit=1)
+        found = _with_ts(history.get("messages"), ts)
+        if found is None:
+            replies = web.conversations_replies(
+                channel=channel, ts=ts, latest=ts, inclusive=True, limit=1
+            )
+            found = _with_ts(replies.get("messages"), ts)
+    except SlackApiError as exc:
+        error = str(exc.response.get("error") or "unknown")
+        if error == "thread_not_found":
+            return None
+        raise SlackCallError(error) from None
+    except (SlackClientError, OSError):
+        raise SlackCallError("transport") from None
+    if found is None:
+        return None
+    return {
+        "ts": str(found.get("ts") or ts),
+        "text": str(found.get("text") or ""),
+        "blocks": list(found.get("blocks") or []),
+        "thread_ts": str(found.get("thread_ts") or ""),
+    }
+
+
+def _with_ts(messages, ts: str) -> dict | None:
+    for message in messages or []:
+        if isinstance(message, dict) and message.get("ts") == ts:
+            return message
+    return None
