@@ -633,6 +633,7 @@ __all__ = [
     "revoke_manager_token",
     "save_bot",
     "save_chat",
+    "save_slack_app",
     "save_team",
     "set_bot_secret",
     "set_telegram_secret",
@@ -643,6 +644,16 @@ __all__ = [
     "sign_in_feishu_user",
     "unbind_team_chat",
 ]
+
+
+_SLACK_APP_FIELDS = ("bot_id", "app_id")
+
+
+@transaction.atomic
+def save_slack_app(actor: Any, app: SlackApp) -> SlackApp:
+    """Create or update a Slack app's bot and app id (audited `slack_app.created` /
+    `slack_app.changed`). Secrets: `set_slack_secret`."""
+    return _save_plain(actor, app, _SLACK_APP_FIELDS, "slack_app")
 
 
 @transaction.atomic

@@ -123,6 +123,31 @@ def test_demo_api_key_and_callback_secrets_only_with_debug_and_never_printed():
 
 
 @pytest.mark.django_db
+def test_the_demo_bot_gets_a_dry_run_slack_app_whose_channel_shows_feedback_to_the_requester():
+    from botadmin.models import SlackApp
+
+    with override_settings(DEBUG=False):
+        seed()
+    assert not SlackApp.objects.exists()
+    with override_settings(DEBUG=True):
+        output = seed()
+    app = SlackApp.objects.get(app_id="A0DEMOSLACK")
+    assert app.bot.app_id == "cli_demo_bot"
+    assert app.has_secret("signing_secret") and not app.has_secret("bot_token")  # dry run
+    assert app.secret("signing_secret") not in output
+    policy = services.effective_policy_for(app.bot, "C0DEMOSLACK")
+    assert policy.enabled and policy.team.name == "Demo team"
+    assert policy.policy["audience"] == "requester"
+    assert "conclusive_usable" in [b["key"] for b in policy.policy["buttons"]]
+    services.set_slack_secret("ops", app, "signing_secret", "from-the-admin")
+    with override_settings(DEBUG=True):
+        seed()
+    app.refresh_from_db()
+    assert app.secret("signing_secret") == "from-the-admin"
+    assert AuditEntry.objects.filter(action="slack_app.created", actor_repr="seed_demo").exists()
+
+
+@pytest.mark.django_db
 @override_settings(
     DEBUG=True, CARDLOOP_PUBLIC_URL="http://127.0.0.1:8177/", CARDLOOP_METRICS_TOKEN="cmx_demo"
 )

@@ -9,13 +9,17 @@ API-only `cli_demo_api_only`), three chats and policy layers that show inheritan
 - the chat policy (cli_demo_bot, oc_demo_team_chat) requires a comment and lets everyone vote
   (overrides the team's comment settings field by field);
 - the chat policy (cli_demo_bot, oc_demo_p2p) turns feedback on for a chat with no team;
-- `oc_demo_shared` is bound to both teams, so feedback there is off (`ambiguous_team`).
+- `oc_demo_shared` is bound to both teams, so feedback there is off (`ambiguous_team`);
+- `C0DEMOSLACK`, a Slack channel of the demo bot's Slack app, is bound to "Demo team"
+  (feedback on, requester audience).
 
 With DEBUG only (the demo flow of the README): an API key for `cli_demo_bot` is printed once
 when created (stored hashed: later runs say that one exists, `--new-key` revokes the demo keys
 and prints a fresh one); the demo bot gets a demo Verification Token and Encrypt Key (never
 printed; `lark_replay` reads them) so replayed clicks pass the ingress while every Feishu call
-stays a dry run (no app secret); a demo superuser is created and its login printed. All changes
+stays a dry run (no app secret); the demo bot gets a Slack app `A0DEMOSLACK` with a demo
+signing secret and no bot token (Slack dry run; `slack_replay` signs with that secret); a
+demo superuser is created and its login printed. All changes
 go through `botadmin.services` (audited as `seed_demo`).
 
 Then the seeders other apps registered (`botadmin.demo`) run: analytics adds a small
@@ -31,7 +35,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from botadmin import demo, services
-from botadmin.models import Bot, BotApiKey, Chat, ChatPolicy, Team
+from botadmin.models import Bot, BotApiKey, Chat, ChatPolicy, SlackApp, Team
 
 ACTOR = "seed_demo"
 KEY_LABEL = "seed_demo"
@@ -43,6 +47,12 @@ DEMO_CALLBACK_SECRETS = {
     "verification_token": "vt_cardloop_demo",
     "encrypt_key": "cardloop-demo-encrypt-key",
 }
+
+#: The demo bot's Slack app (DEBUG only): a demo signing secret for `slack_replay` and no bot
+#: token, so every Slack call stays a dry run.
+DEMO_SLACK_APP_ID = "A0DEMOSLACK"
+DEMO_SLACK_SIGNING_SECRET = "cardloop-demo-slack-signing-secret"  # noqa: S105 - DEBUG only
+DEMO_SLACK_CHANNEL = "C0DEMOSLACK"
 
 TEAMS = [
     (
@@ -80,6 +90,7 @@ CHATS = [
         ["Demo team", "Second demo team"],
     ),
     ("oc_demo_p2p", "Demo p2p chat", Chat.ChatType.P2P, []),
+    (DEMO_SLACK_CHANNEL, "Demo Slack channel", Chat.ChatType.GROUP, ["Demo team"]),
 ]
 CHAT_POLICIES = [
     (
@@ -129,6 +140,7 @@ class Command(BaseCommand):
             if settings.DEBUG:
                 self._api_key(bots["cli_demo_bot"], new_key)
                 self._callback_secrets(bots["cli_demo_bot"])
+                self._slack_app(bots["cli_demo_bot"])
             else:
                 self.stdout.write(
                     "  demo API key: skipped (DEBUG is off; issue one in the admin at "
@@ -205,6 +217,17 @@ class Command(BaseCommand):
                 services.set_bot_secret(ACTOR, bot, name, value)
                 created = True
         self.say(f"callback secrets of {bot.app_id} (for lark_replay)", created)
+
+    def _slack_app(self, bot) -> None:
+        """The demo bot's Slack app in dry run (no bot token) with a demo signing secret for
+        `slack_replay` (only where none is set); the secret is not printed."""
+        app = SlackApp.objects.filter(bot=bot).first()
+        created = app is None
+        if created:
+            app = services.save_slack_app(ACTOR, SlackApp(bot=bot, app_id=DEMO_SLACK_APP_ID))
+        if not app.has_secret("signing_secret"):
+            services.set_slack_secret(ACTOR, app, "signing_secret", DEMO_SLACK_SIGNING_SECRET)
+        self.say(f"Slack app {app.app_id} of {bot.app_id} (no bot token: dry run)", created)
 
     def _superuser(self) -> None:
         if not settings.DEBUG:
