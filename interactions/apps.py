@@ -22,6 +22,7 @@ class InteractionsConfig(AppConfig):
         from interactions.cardqueue import service as cards
         from interactions.channels.feishu.channel import FeishuChannel
         from interactions.channels.telegram import handlers as telegram
+        from interactions.channels.telegram.channel import TelegramChannel
         from interactions.channels.text import text_channels
         from interactions.lifecycle import resolve as lifecycle
         from interactions.models import Interaction
@@ -29,6 +30,7 @@ class InteractionsConfig(AppConfig):
 
         # The channels interactions can be shown on (a new channel registers here).
         channels.register(FeishuChannel())
+        channels.register(TelegramChannel())
         for channel in text_channels():
             channels.register(channel)
         # Approvals, quick replies, forms: button clicks and typed /_interaction commands.

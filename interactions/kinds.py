@@ -6,6 +6,7 @@ are no buttons (a person who sees only text must know that typing is the way to 
 | channel  | buttons | forms | message update | markdown cards | rendered as |
 |----------|---------|-------|----------------|----------------|-------------|
 | feishu   | yes     | yes   | yes            | yes            | Card JSON 2.0 (sent by Cardloop) |
+| telegram | yes     | no    | yes            | no             | text + inline keyboard (sent by Cardloop) |
 | wechat   | no      | no    | no             | no             | text fallback (the backend sends it) |
 | text     | no      | no    | no             | no             | text fallback (CLI and other plain-text channels) |
 | webhook  | no      | no    | no             | no             | text fallback (any other channel) |
@@ -21,12 +22,13 @@ from dataclasses import asdict, dataclass
 from django.utils.translation import gettext_lazy as _
 
 FEISHU = "feishu"
+TELEGRAM = "telegram"
 WECHAT = "wechat"
 TEXT = "text"
 WEBHOOK = "webhook"
 
 #: Every channel kind, in the order the API documents them.
-KINDS: tuple[str, ...] = (FEISHU, WECHAT, TEXT, WEBHOOK)
+KINDS: tuple[str, ...] = (FEISHU, TELEGRAM, WECHAT, TEXT, WEBHOOK)
 #: Other spellings accepted on input.
 ALIASES = {"cli": TEXT, "other": WEBHOOK, "lark": FEISHU}
 
@@ -52,10 +54,17 @@ class Capabilities:
 
 CAPABILITIES: dict[str, Capabilities] = {
     FEISHU: Capabilities(buttons=True, forms=True, update=True, markdown=True),
+    TELEGRAM: Capabilities(buttons=True, forms=False, update=True, markdown=False),
     WECHAT: Capabilities(buttons=False, forms=False, update=False, markdown=False),
     TEXT: Capabilities(buttons=False, forms=False, update=False, markdown=False),
     WEBHOOK: Capabilities(buttons=False, forms=False, update=False, markdown=False),
 }
+
+#: The person ids of a channel whose ids are not Feishu open_ids (`requester_open_id`,
+#: `allowed_open_ids`): Telegram user ids are integers (https://core.telegram.org/bots/api#user).
+OPERATOR_ID_PATTERNS = {TELEGRAM: r"^[0-9]{1,20}\Z"}
+#: Every form a person id may take on input (Feishu open_id or a channel's own).
+ANY_OPERATOR_ID_PATTERN = r"^(?:ou_[A-Za-z0-9_-]+|[0-9]{1,20})$"
 
 #: Why a channel shows typed commands instead of buttons (said in the text fallback).
 NO_BUTTONS_REASON = {

@@ -3,6 +3,8 @@ their validation rules, and the interaction as the API returns it."""
 
 from __future__ import annotations
 
+import re
+
 from django.core.validators import RegexValidator
 from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
@@ -13,10 +15,17 @@ from interactions import kinds
 from interactions.approvals import service as approvals
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import Interaction
-from plumbing.fields import OpenIdField, StrictBooleanField, StrictCharField, StrictRegexField
+from plumbing.fields import (
+    OPEN_ID_PATTERN,
+    OpenIdField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictRegexField,
+)
 from plumbing.openapi import case_insensitive_pattern, state_rules, when
 
 ID_RE = r"^[A-Za-z0-9_-]{1,32}$"
+_OPEN_ID_MESSAGE = _("Use a Feishu open_id: ou_ followed by letters, digits, _ or -.")
 
 
 class ActionSerializer(serializers.Serializer):
@@ -41,6 +50,15 @@ class OptionSerializer(serializers.Serializer):
     value = StrictCharField(min_length=1, max_length=100)
 
 
+@state_rules(
+    rules=(
+        when(
+            "type",
+            ["select"],
+            {"properties": {"options": {"minItems": 1, "maxItems": 20}}, "required": ["options"]},
+        ),
+    )
+)
 class FormFieldSerializer(serializers.Serializer):
     """One form field: `text` (an input) or `select` (one of `options`)."""
 
@@ -70,6 +88,17 @@ def _unknown_channel() -> str:
 
 _K = Interaction.Kind
 NON_BLANK = {"pattern": r"\S"}
+_TELEGRAM = case_insensitive_pattern([kinds.TELEGRAM])
+
+
+def _person_ids(pattern: str) -> dict:
+    """requester_open_id blank or matching `pattern`, every allowed_open_ids item matching it."""
+    return {
+        "properties": {
+            "requester_open_id": {"pattern": rf"^(?:{pattern.strip('^$')})?$"},
+            "allowed_open_ids": {"items": {"pattern": pattern}},
+        }
+    }
 #: The rules of `InteractionCreateSerializer.validate` that JSON schema can state.
 CREATE_RULES = (
     {
@@ -82,6 +111,19 @@ CREATE_RULES = (
         ]
     },
     {"properties": {"actions": {"maxItems": 10}, "fields": {"maxItems": 10}}},
+    # person ids: Telegram user numbers on Telegram, Feishu open_ids everywhere else
+    {
+        "anyOf": [
+            {"properties": {"channel": {"not": {"pattern": _TELEGRAM}}}},
+            _person_ids(r"^[0-9]{1,20}$"),
+        ]
+    },
+    {
+        "anyOf": [
+            {"properties": {"channel": {"pattern": _TELEGRAM}}, "required": ["channel"]},
+            _person_ids(OPEN_ID_PATTERN),
+        ]
+    },
     when(
         "kind",
         [_K.APPROVAL],
@@ -132,9 +174,23 @@ class InteractionCreateSerializer(serializers.Serializer):
         help_text=_("feishu | wechat | text (cli) | webhook (other)"),
     )
     chat_id = StrictCharField(max_length=64)
-    requester_open_id = OpenIdField(max_length=64, required=False, allow_blank=True)
+    # a Feishu open_id, or the channel's own person id (Telegram: the user's numeric id)
+    requester_open_id = StrictRegexField(
+        kinds.ANY_OPERATOR_ID_PATTERN,
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        error_messages={"invalid": _OPEN_ID_MESSAGE},
+    )
     allowed_open_ids = serializers.ListField(
-        child=OpenIdField(), max_length=50, required=False, default=list
+        child=StrictRegexField(
+            kinds.ANY_OPERATOR_ID_PATTERN,
+            max_length=64,
+            error_messages={"invalid": _OPEN_ID_MESSAGE},
+        ),
+        max_length=50,
+        required=False,
+        default=list,
     )
     session_id = StrictCharField(max_length=128, required=False, allow_blank=True)
     request_id = StrictCharField(
@@ -175,6 +231,17 @@ class InteractionCreateSerializer(serializers.Serializer):
             errors["requester_open_id"] = [
                 _("Give the requester_open_id or a non-empty allowed_open_ids list.")
             ]
+        pattern = kinds.OPERATOR_ID_PATTERNS.get(attrs.get("channel"), OPEN_ID_PATTERN)
+        for name, ids in (
+            ("requester_open_id", [attrs.get("requester_open_id") or ""]),
+            ("allowed_open_ids", attrs.get("allowed_open_ids") or []),
+        ):
+            if any(i and not re.match(pattern, i) for i in ids):
+                errors[name] = [
+                    _OPEN_ID_MESSAGE
+                    if pattern == OPEN_ID_PATTERN
+                    else _("Use the person's id on this channel (Telegram: the user's number).")
+                ]
         if kind == Interaction.Kind.APPROVAL:
             if not attrs.get("tool"):
                 errors["tool"] = [_("An approval names the tool it asks about.")]
