@@ -35,6 +35,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs Chromium + Playwright"))
 
 
+@pytest.fixture(autouse=True)
+def _empty_callback_bot_cache():
+    """Every test starts with an empty callback bot cache (`botadmin.callbackcache`): the test
+    database is emptied between tests without signals, and a bot of the last test (same app
+    id, other secrets) must not answer this one's callbacks."""
+    from botadmin.callbackcache import CALLBACK_BOTS
+
+    CALLBACK_BOTS.clear()
+
+
 @pytest.fixture
 def make_bot(db):
     """Factory: `make_bot(app_id="cli_x", app_secret="s", encrypt_key="ek",

@@ -15,10 +15,12 @@ from typing import ClassVar
 
 from django.conf import settings
 from django.core.validators import RegexValidator
-from django.db import models
+from django.db import models, transaction
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from botadmin.callbackcache import CALLBACK_BOTS
 from plumbing.db.rows import quoted_table
 from plumbing.secretstore import read_secret
 
@@ -132,12 +134,19 @@ class BotQuerySet(models.QuerySet):
         return self.exclude(app_secret_ref="")
 
     def for_callback(self, app_id: str) -> Bot | None:
-        """The bot of a platform callback URL (`/lark/<app_id>/callback`), or None.
+        """The bot of a platform callback URL (`/lark/<app_id>/callback`), or None, with its
+        secrets already read: from the process's cache (`botadmin.callbackcache`: a change
+        of the bot takes effect at once in this process and within
+        `CARDLOOP_BOT_CACHE_SECONDS`, 1 s, in the others), else one query.
 
         Hand-written: every callback makes this lookup, and building
         `Bot.objects.filter(app_id=app_id).first()` cost more CPU than running the statement
-        (a unique column, one row); `raw()` still returns a model instance.
+        (a unique column, one row); `raw()` still returns a model instance. Raises the
+        database's errors (nothing is cached then).
         """
+        return CALLBACK_BOTS.get(app_id, self._row_for_callback, Bot.read_secrets)
+
+    def _row_for_callback(self, app_id: str) -> Bot | None:
         table = quoted_table(Bot)
         sql = f"SELECT * FROM {table} WHERE app_id = %s LIMIT 1"  # noqa: S608 - our own table
         return next(iter(self.raw(sql, [app_id])), None)
@@ -228,8 +237,19 @@ class Bot(models.Model):
         return f"{self.name} ({self.app_id})"
 
     def secret(self, name: str) -> str:
-        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
+        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set. A
+        bot from `Bot.objects.for_callback` answers from the values read with its row
+        (`read_secrets`); any other reads the file."""
+        read = self.__dict__.get("_secret_values")
+        if read is not None:
+            return read[name]
         return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
+
+    def read_secrets(self) -> None:
+        """Read every secret of this bot now and answer `secret()` from those values (for the
+        callback cache: no file read per callback)."""
+        self.__dict__.pop("_secret_values", None)
+        self.__dict__["_secret_values"] = {name: self.secret(name) for name in self.SECRET_FIELDS}
 
     def has_secret(self, name: str) -> bool:
         return bool(getattr(self, self.SECRET_FIELDS[name]))
@@ -238,6 +258,18 @@ class Bot(models.Model):
     def has_credentials(self) -> bool:
         """True when Cardloop can call the Open API for this bot (an app secret is set)."""
         return bool(self.app_secret_ref)
+
+
+def _forget_cached_bot(sender, instance: Bot, **kwargs) -> None:
+    """A bot was saved or deleted: the callback cache drops it now and once more when the
+    transaction commits (a lookup between the two read the old row and must not stay)."""
+    pk, app_id = instance.pk, instance.app_id
+    CALLBACK_BOTS.forget_bot(pk, app_id)
+    transaction.on_commit(lambda: CALLBACK_BOTS.forget_bot(pk, app_id), using=kwargs.get("using"))
+
+
+post_save.connect(_forget_cached_bot, sender=Bot, dispatch_uid="botadmin.forget_cached_bot")
+post_delete.connect(_forget_cached_bot, sender=Bot, dispatch_uid="botadmin.forget_cached_bot")
 
 
 class SlackApp(models.Model):

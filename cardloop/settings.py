@@ -336,6 +336,10 @@ CARDLOOP_WEBHOOK_CA_FILE = env.str("CARDLOOP_WEBHOOK_CA_FILE", default="")
 #: between Feishu and Cardloop and 0.5 s for a loaded server's lateness (measured 22–60 ms
 #: over loopback on a loaded 2-core machine); docs/CONTRACT.md, "3 seconds".
 CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.0)
+#: Seconds a web process keeps a bot's row and secrets for its callbacks
+#: (`botadmin.callbackcache`): a change to the bot takes effect at once in the process that
+#: made it and within this many seconds in the others. 0 turns the cache off.
+CARDLOOP_BOT_CACHE_SECONDS = env.float("CARDLOOP_BOT_CACHE_SECONDS", default=1.0)
 #: Threads per web process that run Feishu card callbacks (decrypt, dedupe, handler). Their
 #: work is database-bound: a few per process keep one core busy; raise it for a database with
 #: slow round trips. Requests beyond it wait in line (the budget still answers them in time).

@@ -109,7 +109,8 @@ def cut_child(lark_bot, tmp_path, settings):
     settings.CARDLOOP_LARK_DRY_RUN = True
     db = connection.settings_dict
     proxy = TcpProxy(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)).start()
-    env = _child_env(DATABASE_POOL_TIMEOUT=LONG_POOL_WAIT)
+    # no bot cache: a click during the cut must find the database gone at its bot lookup
+    env = _child_env(DATABASE_POOL_TIMEOUT=LONG_POOL_WAIT, CARDLOOP_BOT_CACHE_SECONDS="0")
     env["DATABASE_URL"] = env["DATABASE_URL"].replace(f":{db['PORT'] or 5432}/", f":{proxy.port}/")
     log_path = tmp_path / "daphne.log"
     url, process, log = _start_daphne(env, log_path)
