@@ -192,3 +192,10 @@ def test_the_admin_speaks_zh_hans(staff, tg):
         follow=True,
     )
     assert "未设置机器人令牌，试运行" in resp.content.decode()
+
+
+def test_a_dry_run_never_logs_a_private_chats_id_which_is_the_persons_id(caplog):
+    with caplog.at_level(logging.INFO, logger="cardloop.telegram"):
+        botapi.send_message("", 4242, "hi")
+        botapi.send_message("", -1001234, "hi")
+    assert "4242" not in caplog.text and "-1001234" in caplog.text

@@ -9,8 +9,8 @@ plain threads. The Bot API is one HTTPS POST per method (`<base>/bot<token>/<met
 in, `{ok, result}` or `{ok: false, error_code, description, parameters}` out), so a small
 synchronous client is the whole adapter.
 
-Dry run: with no token nothing is sent; the call is logged (method and chat only, never the
-token or the message text) and a synthetic result is returned (`message_id` counting down
+Dry run: with no token nothing is sent; the call is logged (method and group chat only, never
+the token, the message text or a private chat's id, which is the person's user id) and a synthetic result is returned (`message_id` counting down
 from -1, so it can never collide with a real one), so a bot works end to end before its token
 is set.
 
@@ -133,8 +133,13 @@ def dry_run_result(method: str, params: dict[str, Any]) -> Any:
     """The synthetic result of `method` when no token is set, logged without token or text:
     `sendMessage` → a Message `{message_id (negative), chat: {id}, date: 0, dry_run: True}`;
     other methods → True (what Telegram answers for edits and answers of callback queries)."""
-    chat = params.get("chat_id", "")
-    logger.info("telegram dry run: %s to chat %s not called (no bot token)", method, chat)
+    chat = params.get("chat_id")
+    if chat is None:
+        logger.info("telegram dry run: %s not called (no bot token)", method)
+    else:
+        # a private chat's id is the person's user id: only group ids are logged
+        shown = chat if str(chat).startswith("-") else "(a private chat)"
+        logger.info("telegram dry run: %s to chat %s not called (no bot token)", method, shown)
     if method == "sendMessage":
         return {
             "message_id": -next(_synthetic_ids),
