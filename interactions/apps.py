@@ -21,6 +21,8 @@ class InteractionsConfig(AppConfig):
         from interactions.callbacks import registry
         from interactions.cardqueue import service as cards
         from interactions.channels.feishu.channel import FeishuChannel
+        from interactions.channels.slack import ingress as slack_ingress
+        from interactions.channels.slack.channel import SlackChannel
         from interactions.channels.telegram import handlers as telegram
         from interactions.channels.telegram.channel import TelegramChannel
         from interactions.channels.text import text_channels
@@ -31,11 +33,14 @@ class InteractionsConfig(AppConfig):
         # The channels interactions can be shown on (a new channel registers here).
         channels.register(FeishuChannel())
         channels.register(TelegramChannel())
+        channels.register(SlackChannel())
         for channel in text_channels():
             channels.register(channel)
         # Approvals, quick replies, forms: button clicks and typed /_interaction commands.
         registry.register("interaction", approval_handlers.on_card_action)
         registry.register_event("im.message.receive_v1", textcommands.on_message)
+        registry.register_event(slack_ingress.SLACK_MESSAGE, slack_ingress.on_message)
+        slack_ingress.use_text_commands(textcommands.handle, textcommands.SILENT_IN_CHATS)
         # Asks and progress cards: an ask's resolution re-renders its session's card (rendered
         # from the database when the queue applies it) and tells the requester's panels.
         lifecycle.register_resolution_hook(Interaction.Kind.ASK, asks.on_resolved)

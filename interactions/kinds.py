@@ -6,6 +6,7 @@ are no buttons (a person who sees only text must know that typing is the way to 
 | channel  | buttons | forms | message update | markdown cards | rendered as |
 |----------|---------|-------|----------------|----------------|-------------|
 | feishu   | yes     | yes   | yes            | yes            | Card JSON 2.0 (sent by Cardloop) |
+| slack    | yes     | yes   | yes            | yes (mrkdwn)   | Block Kit (sent by Cardloop) |
 | telegram | yes     | no    | yes            | no             | text + inline keyboard (sent by Cardloop) |
 | wechat   | no      | no    | no             | no             | text fallback (the backend sends it) |
 | text     | no      | no    | no             | no             | text fallback (CLI and other plain-text channels) |
@@ -22,13 +23,14 @@ from dataclasses import asdict, dataclass
 from django.utils.translation import gettext_lazy as _
 
 FEISHU = "feishu"
+SLACK = "slack"
 TELEGRAM = "telegram"
 WECHAT = "wechat"
 TEXT = "text"
 WEBHOOK = "webhook"
 
 #: Every channel kind, in the order the API documents them.
-KINDS: tuple[str, ...] = (FEISHU, TELEGRAM, WECHAT, TEXT, WEBHOOK)
+KINDS: tuple[str, ...] = (FEISHU, SLACK, TELEGRAM, WECHAT, TEXT, WEBHOOK)
 #: Other spellings accepted on input.
 ALIASES = {"cli": TEXT, "other": WEBHOOK, "lark": FEISHU}
 
@@ -54,6 +56,8 @@ class Capabilities:
 
 CAPABILITIES: dict[str, Capabilities] = {
     FEISHU: Capabilities(buttons=True, forms=True, update=True, markdown=True),
+    # Block Kit buttons and input blocks, chat.update, mrkdwn (https://api.slack.com/block-kit)
+    SLACK: Capabilities(buttons=True, forms=True, update=True, markdown=True),
     TELEGRAM: Capabilities(buttons=True, forms=False, update=True, markdown=False),
     WECHAT: Capabilities(buttons=False, forms=False, update=False, markdown=False),
     TEXT: Capabilities(buttons=False, forms=False, update=False, markdown=False),
@@ -61,10 +65,11 @@ CAPABILITIES: dict[str, Capabilities] = {
 }
 
 #: The person ids of a channel whose ids are not Feishu open_ids (`requester_open_id`,
-#: `allowed_open_ids`): Telegram user ids are integers (https://core.telegram.org/bots/api#user).
-OPERATOR_ID_PATTERNS = {TELEGRAM: r"^[0-9]{1,20}\Z"}
+#: `allowed_open_ids`): Telegram user ids are integers (https://core.telegram.org/bots/api#user);
+#: Slack user ids are `U…` / `W…` (https://api.slack.com/changelog/2016-08-11-user-id-format-changes).
+OPERATOR_ID_PATTERNS = {TELEGRAM: r"^[0-9]{1,20}\Z", SLACK: r"^[UW][A-Z0-9]{2,30}\Z"}
 #: Every form a person id may take on input (Feishu open_id or a channel's own).
-ANY_OPERATOR_ID_PATTERN = r"^(?:ou_[A-Za-z0-9_-]+|[0-9]{1,20})$"
+ANY_OPERATOR_ID_PATTERN = r"^(?:ou_[A-Za-z0-9_-]+|[0-9]{1,20}|[UW][A-Z0-9]{2,30})$"
 
 #: Why a channel shows typed commands instead of buttons (said in the text fallback).
 NO_BUTTONS_REASON = {

@@ -7,9 +7,12 @@ from interactions.api import capabilities as caps
 from interactions.api import interactions as iv
 from interactions.api import textcommands as tc
 from interactions.channels.feishu import ingress
+from interactions.channels.slack import ingress as slack
 
 urlpatterns = [
     path("lark/<str:app_id>/callback", ingress.callback, name="lark-callback"),
+    path("slack/<str:app_id>/interactivity", slack.interactivity, name="slack-interactivity"),
+    path("slack/<str:app_id>/events", slack.events, name="slack-events"),
     # Interactions across channels: approvals, quick replies, forms, typed commands
     path("api/v1/interactions", iv.InteractionCreateView.as_view(), name="interactions"),
     path(

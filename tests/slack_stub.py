@@ -9,7 +9,17 @@ What it answers (shapes from Slack's method docs, https://api.slack.com/methods)
 - `chat.postMessage` → `{ok, channel, ts, message}`; refuses more than 50 blocks
   (`invalid_blocks`, https://api.slack.com/reference/block-kit/blocks) and a missing
   `channel` (`channel_not_found`).
-Every request is recorded in `stub.calls` as `(method, token, params)`.
+- `chat.update` → `{ok, channel, ts, text}` for a message it posted (`message_not_found`
+  otherwise), https://api.slack.com/methods/chat.update; `stub.rate_limit(seconds)` makes the
+  next `chat.update` answer HTTP 429 `ratelimited` with `Retry-After`
+  (https://api.slack.com/docs/rate-limits);
+- both refuse a message breaking Block Kit's limits with `invalid_blocks` (`limit_problems`:
+  ≤ 50 blocks, section text ≤ 3000, button text ≤ 75 and value ≤ 2000, unique `block_id`s,
+  `action_id`s unique within a block, https://api.slack.com/reference/block-kit);
+- `POST /response/<key>` is a `response_url` (https://api.slack.com/interactivity/handling):
+  the JSON body is recorded in `stub.responses` (`stub.response_url(key)` builds the URL).
+Every Web API request is recorded in `stub.calls` as `(method, token, params)`;
+`stub.messages` holds the current blocks of each posted message by `(channel, ts)`.
 """
 
 from __future__ import annotations
@@ -28,8 +38,20 @@ class SlackStub:
         #: token → team_id it belongs to.
         self.tokens: dict[str, str] = dict(tokens or {})
         self.calls: list[tuple[str, str, dict]] = []
+        self.messages: dict[tuple[str, str], list] = {}
+        self.responses: list[tuple[str, dict]] = []
+        self._retry_after: int | None = None
+        self._lock = threading.Lock()
         self._ts = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
+
+    def rate_limit(self, seconds: int) -> None:
+        """Answer the next `chat.update` with HTTP 429 and `Retry-After: seconds`."""
+        self._retry_after = seconds
+
+    def response_url(self, key: str) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/response/{key}"
 
     @property
     def base_url(self) -> str:
@@ -46,6 +68,14 @@ class SlackStub:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode()
+                if self.path.startswith("/response/"):
+                    with stub._lock:
+                        stub.responses.append((self.path.rsplit("/", 1)[-1], json.loads(raw)))
+                    self.send_response(200)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                    return
                 if "json" in (self.headers.get("Content-Type") or ""):
                     params = json.loads(raw or "{}")
                 else:
@@ -53,10 +83,16 @@ class SlackStub:
                 auth = self.headers.get("Authorization") or ""
                 token = auth.removeprefix("Bearer ")
                 method = self.path.rsplit("/", 1)[-1]
-                stub.calls.append((method, token, params))
-                body = stub.answer(method, token, params)
+                with stub._lock:
+                    stub.calls.append((method, token, params))
+                    body = stub.answer(method, token, params)
+                status = 200
+                if body.pop("_status", None) == 429:
+                    status = 429
                 data = json.dumps(body).encode()
-                self.send_response(200)
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", str(body.get("retry_after", 1)))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -85,15 +121,30 @@ class SlackStub:
                 "user_id": "U0BOT",
                 "bot_id": "B0BOT",
             }
-        if method == "chat.postMessage":
+        if method in ("chat.postMessage", "chat.update"):
             blocks = params.get("blocks") or []
             if isinstance(blocks, str):
                 blocks = json.loads(blocks)
             if not params.get("channel"):
                 return {"ok": False, "error": "channel_not_found"}
-            if len(blocks) > MAX_BLOCKS:
+            if limit_problems(blocks):
                 return {"ok": False, "error": "invalid_blocks"}
+            if method == "chat.update":
+                if self._retry_after is not None:
+                    seconds, self._retry_after = self._retry_after, None
+                    return {
+                        "ok": False,
+                        "error": "ratelimited",
+                        "_status": 429,
+                        "retry_after": seconds,
+                    }
+                key = (params["channel"], str(params.get("ts")))
+                if key not in self.messages:
+                    return {"ok": False, "error": "message_not_found"}
+                self.messages[key] = blocks
+                return {"ok": True, "channel": key[0], "ts": key[1], "text": params.get("text", "")}
             ts = f"1700000000.{next(self._ts):06d}"
+            self.messages[(params["channel"], ts)] = blocks
             return {
                 "ok": True,
                 "channel": params["channel"],
@@ -101,3 +152,32 @@ class SlackStub:
                 "message": {"ts": ts, "blocks": blocks},
             }
         return {"ok": False, "error": "unknown_method"}
+
+
+def limit_problems(blocks: list) -> list[str]:
+    """The stub's own check of Block Kit limits (independent of Cardloop's renderer checks)."""
+    out = []
+    if len(blocks) > MAX_BLOCKS:
+        out.append("too many blocks")
+    block_ids = set()
+    for block in blocks:
+        block_id = block.get("block_id")
+        if block_id is not None:
+            if block_id in block_ids or len(block_id) > 255:
+                out.append(f"block_id {block_id}")
+            block_ids.add(block_id)
+        if block.get("type") == "section" and len((block.get("text") or {}).get("text", "")) > 3000:
+            out.append("section text")
+        elements = block.get("elements") if block.get("type") == "actions" else []
+        action_ids = set()
+        for element in elements or []:
+            action_id = element.get("action_id")
+            if action_id in action_ids:
+                out.append(f"action_id {action_id}")
+            action_ids.add(action_id)
+            if element.get("type") == "button":
+                if len((element.get("text") or {}).get("text", "")) > 75:
+                    out.append("button text")
+                if len(element.get("value", "")) > 2000:
+                    out.append("button value")
+    return out

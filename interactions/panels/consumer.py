@@ -207,9 +207,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         connection was already sent."""
         if always:
             async with self.lock:
-                await self._snapshot(
-                    await database_sync_to_async(panels.open_messages)(self.user)
-                )
+                await self._snapshot(await database_sync_to_async(panels.open_messages)(self.user))
             return
         async with self.lock:  # read under the lock: a push meanwhile would be undone
             open_now = await database_sync_to_async(panels.open_asks)(self.user)

@@ -49,9 +49,7 @@ async def test_a_push_arriving_after_the_resync_sent_its_ask_is_not_sent_again(
     await comm.disconnect(timeout=10)
 
 
-async def test_an_ask_younger_than_the_grace_is_left_to_its_push(
-    panel_user, settings, monkeypatch
-):
+async def test_an_ask_younger_than_the_grace_is_left_to_its_push(panel_user, settings, monkeypatch):
     settings.CARDLOOP_PANEL_RESYNC = 0.2
     settings.CARDLOOP_PANEL_RESYNC_GRACE = 30
     bot, raw, _token = panel_user

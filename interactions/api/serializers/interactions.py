@@ -171,7 +171,7 @@ class InteractionCreateSerializer(serializers.Serializer):
                 lazy(_unknown_channel, str)(),
             )
         ],
-        help_text=_("feishu | wechat | text (cli) | webhook (other)"),
+        help_text=_("feishu | slack | telegram | wechat | text (cli) | webhook (other)"),
     )
     chat_id = StrictCharField(max_length=64)
     # a Feishu open_id, or the channel's own person id (Telegram: the user's numeric id)
@@ -240,6 +240,8 @@ class InteractionCreateSerializer(serializers.Serializer):
                 errors[name] = [
                     _OPEN_ID_MESSAGE
                     if pattern == OPEN_ID_PATTERN
+                    else _("Use a Slack user id: U or W followed by capital letters and digits.")
+                    if attrs.get("channel") == kinds.SLACK
                     else _("Use the person's id on this channel (Telegram: the user's number).")
                 ]
         if kind == Interaction.Kind.APPROVAL:

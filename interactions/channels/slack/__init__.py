@@ -1,5 +1,12 @@
-"""Slack as a channel (in progress): per-app secrets and the Web API adapter (`webapi`).
+"""Slack as a channel: a plug-in of `interactions.channels`.
 
-Ingress, rendering and interaction kinds are not built yet, so `channel: "slack"` is still
-refused by the channel registry (`interactions.channels`).
+| module | what |
+|---|---|
+| `webapi` | the slack-sdk leaf adapter (`auth.test`, `chat.postMessage`, `chat.update`, `response_url`; dry run without a token) |
+| `blocks` | pure Block Kit renderers and the limits checker |
+| `channel` | `SlackChannel` (the `Channel` interface), registered in `InteractionsConfig.ready()` |
+| `ingress` | `POST /slack/<app_id>/interactivity` and `/events`: signature over the raw bytes, dedupe, dispatcher |
+| `admin` | Slack apps: app id, write-only bot token and signing secret, "check connection" |
+
+Progress messages and feedback areas are not rendered on Slack by this package.
 """

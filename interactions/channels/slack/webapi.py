@@ -6,7 +6,9 @@ the token or message text) and a synthetic `ts` is returned, so a bot works end 
 Slack app is installed.
 
 Public sources: `auth.test` https://api.slack.com/methods/auth.test,
-`chat.postMessage` https://api.slack.com/methods/chat.postMessage.
+`chat.postMessage` https://api.slack.com/methods/chat.postMessage, `chat.update`
+https://api.slack.com/methods/chat.update, `response_url`
+https://api.slack.com/interactivity/handling#message_responses.
 """
 
 from __future__ import annotations
@@ -28,12 +30,40 @@ TIMEOUT_SECONDS = 10
 
 
 class SlackCallError(Exception):
-    """A Web API call failed: `error` is Slack's `error` code (e.g. `invalid_auth`) or
-    `transport` for network failures."""
+    """A Web API call failed: `error` is Slack's `error` code (e.g. `invalid_auth`,
+    `ratelimited`) or `transport` for network failures; `status` the HTTP status (0 for
+    transport failures); `retry_after` the seconds of an HTTP 429 `Retry-After` header
+    (https://api.slack.com/docs/rate-limits), else None. `retryable`: a rate limit, a 5xx or
+    a transport failure (trying again later may succeed)."""
 
-    def __init__(self, error: str):
+    def __init__(self, error: str, *, status: int = 200, retry_after: float | None = None):
         super().__init__(error)
-        self.error = error
+        self.error, self.status, self.retry_after = error, status, retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.error == "transport" or self.status == 429 or self.status >= 500
+
+
+def _call_error(exc: SlackApiError) -> SlackCallError:
+    response = exc.response
+    status = int(getattr(response, "status_code", 200) or 200)
+    headers = {str(k).lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
+    retry_after = headers.get("retry-after")
+    if isinstance(retry_after, list):
+        retry_after = retry_after[0] if retry_after else None
+    try:
+        seconds = float(retry_after) if retry_after is not None else None
+    except (TypeError, ValueError):
+        seconds = None
+    error = str(response.get("error") or ("ratelimited" if status == 429 else "unknown"))
+    return SlackCallError(error, status=status, retry_after=seconds)
+
+
+def synthetic_ts() -> str:
+    """A dry run's message `ts` (`"<unix seconds>.<6 digits>"`, Slack's ts shape)."""
+    now = time.time()
+    return f"{int(now)}.{int((now % 1) * 1_000_000):06d}"
 
 
 @dataclass(frozen=True)
@@ -78,26 +108,76 @@ def check_connection(token: str, base_url: str = DEFAULT_BASE_URL) -> Connection
 
 
 def post_message(
-    token: str, channel: str, blocks: list[dict], text: str, base_url: str = DEFAULT_BASE_URL
+    token: str,
+    channel: str,
+    blocks: list[dict],
+    text: str,
+    base_url: str = DEFAULT_BASE_URL,
+    *,
+    thread_ts: str | None = None,
 ) -> dict:
-    """`chat.postMessage` of `blocks` (Block Kit list) with fallback `text` to `channel`.
+    """`chat.postMessage` of `blocks` (Block Kit list) with fallback `text` to `channel`
+    (in thread `thread_ts` when given).
 
     Returns `{"channel": str, "ts": str, "dry_run": bool}`. Without a token: dry run, a log
-    line and a synthetic `ts` (`"<unix seconds>.<6 digits>"`, Slack's ts shape). Raises
-    SlackCallError with Slack's error code, or `transport`.
+    line and a synthetic `ts`. Raises SlackCallError with Slack's error code, or `transport`.
     """
     if not token:
-        now = time.time()
-        ts = f"{int(now)}.{int((now % 1) * 1_000_000):06d}"
         logger.info("slack dry run: chat.postMessage to %s (%d blocks)", channel, len(blocks))
+        return {"channel": channel, "ts": synthetic_ts(), "dry_run": True}
+    extra = {"thread_ts": thread_ts} if thread_ts else {}
+    try:
+        resp = client(token, base_url).chat_postMessage(
+            channel=channel, blocks=blocks, text=text, **extra
+        )
+    except SlackApiError as exc:
+        raise _call_error(exc) from None
+    except (SlackClientError, OSError):
+        raise SlackCallError("transport", status=0) from None
+    return {"channel": str(resp.get("channel") or channel), "ts": str(resp["ts"]), "dry_run": False}
+
+
+def update_message(
+    token: str,
+    channel: str,
+    ts: str,
+    blocks: list[dict],
+    text: str,
+    base_url: str = DEFAULT_BASE_URL,
+) -> dict:
+    """`chat.update` of message `ts` in `channel` with `blocks` and fallback `text`
+    (https://api.slack.com/methods/chat.update). Returns `{"channel", "ts", "dry_run"}`;
+    without a token a dry run (one log line, no call). Raises SlackCallError (`retry_after`
+    set for HTTP 429)."""
+    if not token:
+        logger.info("slack dry run: chat.update of %s in %s (%d blocks)", ts, channel, len(blocks))
         return {"channel": channel, "ts": ts, "dry_run": True}
     try:
-        resp = client(token, base_url).chat_postMessage(channel=channel, blocks=blocks, text=text)
+        client(token, base_url).chat_update(channel=channel, ts=ts, blocks=blocks, text=text)
     except SlackApiError as exc:
-        raise SlackCallError(str(exc.response.get("error") or "unknown")) from None
+        raise _call_error(exc) from None
     except (SlackClientError, OSError):
-        raise SlackCallError("transport") from None
-    return {"channel": str(resp.get("channel") or channel), "ts": str(resp["ts"]), "dry_run": False}
+        raise SlackCallError("transport", status=0) from None
+    return {"channel": channel, "ts": ts, "dry_run": False}
+
+
+def post_ephemeral(response_url: str, text: str) -> bool:
+    """Send `text` as an ephemeral message (only the clicker sees it) to an interaction's
+    `response_url` with slack-sdk's `WebhookClient`
+    (https://api.slack.com/interactivity/handling#message_responses). Never raises; returns
+    whether Slack answered 200. Never logs the URL (it is a bearer capability) or the text."""
+    from slack_sdk.webhook import WebhookClient
+
+    try:
+        resp = WebhookClient(response_url, timeout=TIMEOUT_SECONDS).send(
+            text=text, response_type="ephemeral", replace_original=False
+        )
+    except (SlackClientError, OSError):
+        logger.warning("slack ephemeral message failed: transport")
+        return False
+    if resp.status_code != 200:
+        logger.warning("slack ephemeral message failed: HTTP %s", resp.status_code)
+    return resp.status_code == 200
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +212,7 @@ def read_message(
             return None
         raise SlackCallError(error) from None
     except (SlackClientError, OSError):
-        raise SlackCallError("transport") from None
+        raise SlackCallError("transport", status=0) from None
     if found is None:
         return None
     return {

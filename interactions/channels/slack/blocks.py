@@ -1,0 +1,375 @@
+"""Block Kit messages for Slack: pure functions (an `Interaction` or plain values in, a
+`{"text", "blocks"}` dict out) and the limits checker `problems(message)`. No I/O.
+
+Rules of Slack this module follows (public sources):
+
+- blocks: https://api.slack.com/reference/block-kit/blocks — at most 50 blocks per message;
+  `header` text ≤ 150 characters; `section` text ≤ 3000; `context` ≤ 10 elements; `actions`
+  ≤ 25 elements; `input` label ≤ 2000; `block_id` ≤ 255 and unique within a message.
+- elements: https://api.slack.com/reference/block-kit/block-elements — `button` text ≤ 75,
+  `value` ≤ 2000, `action_id` ≤ 255 (unique among the block's elements; this module keeps
+  them unique in the whole message, so a submitted `state.values` is unambiguous), `style`
+  only `primary` / `danger`; `static_select` ≤ 100 options, option text ≤ 75, option value
+  ≤ 150; `plain_text_input` placeholder ≤ 150.
+- mrkdwn escaping: https://api.slack.com/reference/surfaces/formatting#escaping — `&`, `<`,
+  `>` become `&amp;`, `&lt;`, `&gt;` in the caller's text, so it can neither mention anyone
+  nor link.
+- the top-level `text` is the notification / accessibility fallback
+  (https://api.slack.com/methods/chat.postMessage#arg_text), ≤ 40000 characters.
+
+Forms (and `ask_user_questions`-style questions) are **input blocks inside the message with a
+submit button**, not a modal: a modal needs `views.open` with the click's `trigger_id` within
+3 seconds, i.e. a Web API call inside the callback's answer budget, which the card-update
+queue (updates after the answer) exists to avoid; and a modal is private to one person, while
+the message shows everyone in the chat that the question is open and then, through
+`chat.update`, how it was answered. Slack sends the values of a message's input blocks with
+the button's `block_actions` payload (`state.values`,
+https://api.slack.com/reference/interaction-payloads/block-actions).
+
+Text is Cardloop's own in the active language (the caller renders under the bot's
+`card_language`); the caller's text (title, body, labels) as given.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.utils import translation
+from django.utils.translation import gettext as _
+
+from interactions.models import Interaction
+from interactions.render import interaction_cards as ic
+from interactions.render.bilingual import language_of
+
+MAX_BLOCKS = 50
+MAX_HEADER = 150
+MAX_SECTION = 3000
+MAX_CONTEXT_ELEMENTS = 10
+MAX_ACTIONS_ELEMENTS = 25
+MAX_BUTTON_TEXT = 75
+MAX_VALUE = 2000
+MAX_ID = 255
+MAX_OPTIONS = 100
+MAX_OPTION_TEXT = 75
+MAX_OPTION_VALUE = 150
+MAX_LABEL = 2000
+MAX_PLACEHOLDER = 150
+MAX_TEXT = 40000
+
+#: Block ids Cardloop gives its blocks (form fields are `f_<name>`, as on Feishu).
+ACTIONS_BLOCK = "ia_actions"
+SUBMIT_BLOCK = "ia_submit"
+#: action_id of the one input element inside each form field's input block.
+FIELD_ACTION = "v"
+
+
+def escape(text: str) -> str:
+    """Slack mrkdwn escaping of the caller's text (`&`, `<`, `>`)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut(text: str, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plain(text: str, limit: int) -> dict[str, Any]:
+    return {"type": "plain_text", "text": _cut(text, limit) or " ", "emoji": True}
+
+
+def mrkdwn(text: str, limit: int = MAX_SECTION) -> dict[str, Any]:
+    return {"type": "mrkdwn", "text": _cut(text, limit) or " "}
+
+
+def button_value(ia: Interaction, action: dict[str, Any]) -> str:
+    """The `value` a button of `ia` carries: the channel-neutral callback value
+    (`interaction_cards.callback_value`: kind, interaction id, action id and value) as
+    compact JSON. It names what was clicked, never who may click (that is the payload's
+    `user.id`)."""
+    return json.dumps(ic.callback_value(ia, action), separators=(",", ":"), ensure_ascii=False)
+
+
+def interaction_message(ia: Interaction, language: str | None = None) -> dict[str, Any]:
+    """`{"text": fallback, "blocks": [...]}` showing `ia` in its current state, rendered in
+    `language` (default: the bot's `card_language`).
+
+    Pending: a header (title), the body, the tool, then an approval's Approve (`primary`) /
+    Deny (`danger`) / Always allow buttons, a quick reply's buttons, or a form's input
+    blocks and a Submit button; last a context line with the typed command. Resolved,
+    expired (an approval's timeout says "denied") or cancelled: the same message with its
+    final state and no buttons or inputs left."""
+    with translation.override(language or language_of(ia)):
+        return _interaction_message(ia)
+
+
+def _interaction_message(ia: Interaction) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "block_id": "ia_title", "text": plain(ia.title, MAX_HEADER)}
+    ]
+    if ia.body:
+        blocks.append({"type": "section", "block_id": "ia_body", "text": mrkdwn(escape(ia.body))})
+    if ia.tool:
+        tool = _("Tool: `%(tool)s`") % {"tool": escape(ia.tool)}
+        blocks.append({"type": "context", "block_id": "ia_tool", "elements": [mrkdwn(tool)]})
+    if ia.status == Interaction.Status.PENDING:
+        if ia.kind == Interaction.Kind.FORM:
+            blocks.extend(_form_blocks(ia))
+        elif ia.actions:
+            blocks.append(
+                {
+                    "type": "actions",
+                    "block_id": ACTIONS_BLOCK,
+                    "elements": [_button(ia, a) for a in ia.actions[:MAX_ACTIONS_ELEMENTS]],
+                }
+            )
+        blocks.append({"type": "context", "block_id": "ia_note", "elements": [mrkdwn(_note(ia))]})
+        text = ia.title
+    else:
+        line = status_line(ia)
+        blocks.append({"type": "section", "block_id": "ia_status", "text": mrkdwn(line)})
+        text = f"{ia.title} — {line}"
+    return {"text": _cut(text, MAX_TEXT), "blocks": blocks[:MAX_BLOCKS]}
+
+
+def _button(ia: Interaction, action: dict[str, Any]) -> dict[str, Any]:
+    element: dict[str, Any] = {
+        "type": "button",
+        "action_id": _cut(f"ia_{action['id']}", MAX_ID),
+        "text": plain(ic._action_text(ia, action), MAX_BUTTON_TEXT),
+        "value": button_value(ia, action),
+    }
+    if action.get("style") in ("primary", "danger"):
+        element["style"] = action["style"]
+    return element
+
+
+def _form_blocks(ia: Interaction) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for field in ia.fields:
+        label = str(field.get("label") or field["name"])
+        placeholder = plain(str(field.get("placeholder") or label), MAX_PLACEHOLDER)
+        if field.get("type") == "select":
+            element: dict[str, Any] = {
+                "type": "static_select",
+                "action_id": FIELD_ACTION,
+                "placeholder": placeholder,
+                "options": [
+                    {
+                        "text": plain(str(o["label"]), MAX_OPTION_TEXT),
+                        "value": str(o["value"])[:MAX_OPTION_VALUE],
+                    }
+                    for o in field.get("options", [])[:MAX_OPTIONS]
+                ],
+            }
+        else:
+            element = {
+                "type": "plain_text_input",
+                "action_id": FIELD_ACTION,
+                "placeholder": placeholder,
+                "max_length": int(field.get("max_length") or 1000),
+            }
+        blocks.append(
+            {
+                "type": "input",
+                "block_id": _cut(ic.form_field_name(field), MAX_ID),
+                "label": plain(label, MAX_LABEL),
+                "optional": not field.get("required"),
+                "element": element,
+            }
+        )
+    submit = {"id": ic.SUBMIT, "value": ic.SUBMIT}
+    blocks.append(
+        {
+            "type": "actions",
+            "block_id": SUBMIT_BLOCK,
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": "ia_submit",
+                    "text": plain(_("Submit"), MAX_BUTTON_TEXT),
+                    "style": "primary",
+                    "value": button_value(ia, submit),
+                }
+            ],
+        }
+    )
+    return blocks
+
+
+def _note(ia: Interaction) -> str:
+    minutes = max(1, round((ia.expires_at - ia.created_at).total_seconds() / 60))
+    if ia.kind == Interaction.Kind.FORM:
+        typed = ic.command_for(ia, "name=value; name2=value")
+    elif ia.actions:
+        typed = ic.command_for(ia, str(ia.actions[0].get("value", ia.actions[0]["id"])))
+    else:
+        typed = ic.command_for(ia, _("<your answer>"))
+    return _(
+        "You can also type `%(command)s` in this chat. Expires %(minutes)s min after it was sent."
+    ) % {"command": escape(typed), "minutes": minutes}
+
+
+def status_line(ia: Interaction) -> str:
+    """The final state in Slack mrkdwn: what was chosen and by whom (`<@U…>` renders the
+    person's name; Slack user ids only), or why it ended (an expired approval: denied)."""
+    line = ic.final_status_line(ia).replace("**", "*")
+    operator = str((ia.resolution or {}).get("operator") or "")
+    if operator[:1] in ("U", "W") and operator.isalnum():
+        line += f" · <@{operator}>"
+    return line
+
+
+# ---------------------------------------------------------------------------------------------
+# Questions (ask_user_questions): 1–4 questions as input blocks with one submit button
+# ---------------------------------------------------------------------------------------------
+
+
+def questions_message(
+    title: str, questions: list[dict[str, Any]], submit_value: str
+) -> dict[str, Any]:
+    """A message asking 1–4 `questions` (each `{"id", "question", "options": [{"label",
+    "value"}], "multi": bool, "other": bool}`) as input blocks: a single select
+    (`static_select`), a multi select (`checkboxes`), and, with `other`, an optional
+    free-text input (`q_<id>_other`). One Submit button carries `submit_value` (the
+    callback value naming the ask). Raises ValueError for 0 or more than 4 questions."""
+    if not 1 <= len(questions) <= 4:
+        raise ValueError("ask 1 to 4 questions")
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "block_id": "q_title", "text": plain(title, MAX_HEADER)}
+    ]
+    for q in questions:
+        options = [
+            {"text": plain(str(o["label"]), MAX_OPTION_TEXT), "value": str(o["value"])[:150]}
+            for o in q.get("options", [])[:MAX_OPTIONS]
+        ]
+        if q.get("multi"):
+            element: dict[str, Any] = {"type": "checkboxes", "action_id": FIELD_ACTION}
+            element["options"] = options[:10]  # checkboxes take at most 10 options
+        else:
+            element = {"type": "static_select", "action_id": FIELD_ACTION, "options": options}
+        blocks.append(
+            {
+                "type": "input",
+                "block_id": _cut(f"q_{q['id']}", MAX_ID),
+                "label": plain(str(q["question"]), MAX_LABEL),
+                "optional": bool(q.get("other")),
+                "element": element,
+            }
+        )
+        if q.get("other"):
+            blocks.append(
+                {
+                    "type": "input",
+                    "block_id": _cut(f"q_{q['id']}_other", MAX_ID),
+                    "label": plain(_("Other"), MAX_LABEL),
+                    "optional": True,
+                    "element": {"type": "plain_text_input", "action_id": FIELD_ACTION},
+                }
+            )
+    blocks.append(
+        {
+            "type": "actions",
+            "block_id": SUBMIT_BLOCK,
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": "ia_submit",
+                    "text": plain(_("Submit"), MAX_BUTTON_TEXT),
+                    "style": "primary",
+                    "value": submit_value[:MAX_VALUE],
+                }
+            ],
+        }
+    )
+    return {"text": _cut(title, MAX_TEXT), "blocks": blocks}
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits
+# ---------------------------------------------------------------------------------------------
+
+
+def _text_of(obj: Any) -> str:
+    return str(obj.get("text", "")) if isinstance(obj, dict) else ""
+
+
+def problems(message: dict[str, Any]) -> list[str]:
+    """What in `message` (`{"text", "blocks"}`) breaks Slack's documented limits (module
+    docstring), as JSON-path strings without the message's text; [] when it is valid."""
+    out: list[str] = []
+    blocks = message.get("blocks") if isinstance(message, dict) else None
+    if not isinstance(blocks, list):
+        return ["$.blocks: must be a list"]
+    if len(blocks) > MAX_BLOCKS:
+        out.append(f"$.blocks: {len(blocks)} blocks, at most {MAX_BLOCKS}")
+    if len(str(message.get("text", ""))) > MAX_TEXT:
+        out.append(f"$.text: longer than {MAX_TEXT}")
+    block_ids: set[str] = set()
+    action_ids: set[str] = set()
+
+    def check_id(path: str, value: Any, seen: set[str], what: str) -> None:
+        if value is None:
+            return
+        value = str(value)
+        if not value or len(value) > MAX_ID:
+            out.append(f"{path}: {what} must be 1..{MAX_ID} characters")
+        if value in seen:
+            out.append(f"{path}: {what} {value!r} is not unique")
+        seen.add(value)
+
+    def check_element(path: str, el: dict[str, Any]) -> None:
+        check_id(f"{path}.action_id", el.get("action_id"), action_ids_in_block, "action_id")
+        kind = el.get("type")
+        if kind == "button":
+            if len(_text_of(el.get("text"))) > MAX_BUTTON_TEXT:
+                out.append(f"{path}.text: longer than {MAX_BUTTON_TEXT}")
+            if len(str(el.get("value", ""))) > MAX_VALUE:
+                out.append(f"{path}.value: longer than {MAX_VALUE}")
+            if "style" in el and el["style"] not in ("primary", "danger"):
+                out.append(f"{path}.style: primary or danger only")
+        if kind in ("static_select", "checkboxes", "radio_buttons"):
+            options = el.get("options") or []
+            limit = MAX_OPTIONS if kind == "static_select" else 10
+            if not options or len(options) > limit:
+                out.append(f"{path}.options: 1..{limit} options")
+            for j, opt in enumerate(options):
+                if len(_text_of(opt.get("text"))) > MAX_OPTION_TEXT:
+                    out.append(f"{path}.options[{j}].text: longer than {MAX_OPTION_TEXT}")
+                if len(str(opt.get("value", ""))) > MAX_OPTION_VALUE:
+                    out.append(f"{path}.options[{j}].value: longer than {MAX_OPTION_VALUE}")
+        if len(_text_of(el.get("placeholder"))) > MAX_PLACEHOLDER:
+            out.append(f"{path}.placeholder: longer than {MAX_PLACEHOLDER}")
+
+    for i, block in enumerate(blocks):
+        path = f"$.blocks[{i}]"
+        if not isinstance(block, dict) or not block.get("type"):
+            out.append(f"{path}: a block object with a type")
+            continue
+        check_id(f"{path}.block_id", block.get("block_id"), block_ids, "block_id")
+        kind = block["type"]
+        action_ids_in_block = action_ids  # unique in the whole message (stricter than Slack)
+        if kind == "header" and len(_text_of(block.get("text"))) > MAX_HEADER:
+            out.append(f"{path}.text: longer than {MAX_HEADER}")
+        if kind == "section" and len(_text_of(block.get("text"))) > MAX_SECTION:
+            out.append(f"{path}.text: longer than {MAX_SECTION}")
+        if kind == "context":
+            elements = block.get("elements") or []
+            if len(elements) > MAX_CONTEXT_ELEMENTS:
+                out.append(f"{path}.elements: at most {MAX_CONTEXT_ELEMENTS}")
+        if kind == "actions":
+            elements = block.get("elements") or []
+            if not elements or len(elements) > MAX_ACTIONS_ELEMENTS:
+                out.append(f"{path}.elements: 1..{MAX_ACTIONS_ELEMENTS}")
+            for j, el in enumerate(elements):
+                check_element(f"{path}.elements[{j}]", el)
+        if kind == "input":
+            if len(_text_of(block.get("label"))) > MAX_LABEL:
+                out.append(f"{path}.label: longer than {MAX_LABEL}")
+            if isinstance(block.get("element"), dict):
+                # an input's element is alone in its block: its action_id is unique there
+                action_ids_in_block = set()
+                check_element(f"{path}.element", block["element"])
+            else:
+                out.append(f"{path}.element: an element object")
+    return out
