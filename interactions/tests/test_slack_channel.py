@@ -92,8 +92,8 @@ def test_a_retried_send_with_the_same_uuid_posts_once(slack_app, slack_stub):
 def test_without_a_bot_token_sends_and_updates_are_a_dry_run(
     slack_app,
     slack_stub,
-    make_interaction,
-    caplog,  # noqa: F811
+    make_interaction,  # noqa: F811
+    caplog,
 ):
     services.clear_slack_secret(None, slack_app, "bot_token")
     slack_app.bot.refresh_from_db()

@@ -148,7 +148,10 @@ def interactivity(request, app_id: str):
             if text and _response_url_allowed(response_url):
                 from interactions.channels.slack import webapi
 
-                webapi.post_ephemeral(response_url, text)
+                if app.secret("bot_token"):
+                    webapi.post_ephemeral(response_url, text)
+                else:  # dry run, like every other Slack call without a token
+                    log.info("slack dry run: ephemeral message not sent (%d chars)", len(text))
             close_old_connections()
 
     return SlackResponse({}, after_answer=after_answer)

@@ -1,0 +1,154 @@
+"""`python manage.py slack_replay <fixture.json> --app <A…> [--interaction ia_… --action approve] [--user U…] [--set path=value …] [--url …]`
+
+Post a real-format Slack payload to a running Cardloop exactly as Slack would: signed with the
+app's signing secret (`X-Slack-Signature`, `X-Slack-Request-Timestamp` now; slack-sdk's
+`SignatureVerifier`). A `block_actions` / `view_submission` payload goes form-encoded
+(`payload=…`) to `/slack/<app>/interactivity`, anything else as JSON to `/slack/<app>/events`.
+Each run is a new click or event (a fresh `action_ts` / `event_id`) unless `--set` says
+otherwise. Prints the status, the milliseconds and the answer body; exit status 1 when the
+answer is not 2xx.
+
+    python manage.py slack_replay tests/fixtures/slack/block_actions.json \\
+        --app A0123456789 --interaction ia_3f… --action approve --user U0REQUESTER
+
+`--interaction` / `--action` fill in the button of that interaction's message (its value, the
+message's channel and `ts`); `--user` the clicker (`user.id`, or `event.user` of a message).
+`--set` paths are dotted, as in `lark_replay`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+from django.core.management.base import BaseCommand, CommandError
+from slack_sdk.signature import SignatureVerifier
+
+from botadmin.models import SlackApp
+from interactions.channels.slack import blocks
+from interactions.management.commands.lark_replay import parse_assignment, set_path
+from interactions.models import Interaction
+
+INTERACTIVE = ("block_actions", "view_submission")
+
+
+def fill_click(payload: dict[str, Any], ia: Interaction, action_id: str) -> None:
+    """Point `block_actions` `payload` at button `action_id` of `ia`'s Slack message.
+    Raises ValueError for an unknown action or an interaction without a Slack message."""
+    card = ia.card
+    if card is None or not (card.address or {}).get("ts"):
+        raise ValueError(f"{ia.public_id} has no Slack message yet")
+    if action_id == "submit":
+        action = {"id": "submit", "value": "submit"}
+    else:
+        action = next((a for a in ia.actions if a["id"] == action_id), None)
+        if action is None:
+            raise ValueError(f"{ia.public_id} has no action {action_id!r}")
+    channel, ts = card.address["channel"], card.address["ts"]
+    payload.setdefault("container", {}).update(message_ts=ts, channel_id=channel)
+    payload.setdefault("channel", {})["id"] = channel
+    payload.setdefault("message", {})["ts"] = ts
+    first = (payload.get("actions") or [{}])[0]
+    first.update(action_id=f"ia_{action_id}", value=blocks.button_value(ia, action))
+    payload["actions"] = [first]
+
+
+def fresh(payload: dict[str, Any], app_id: str) -> None:
+    """A new click / event each run: fresh `action_ts` and `event_id`, the app's id."""
+    now = time.time()
+    payload["api_app_id"] = app_id
+    for action in payload.get("actions") or []:
+        if isinstance(action, dict):
+            action["action_ts"] = f"{int(now)}.{int((now % 1) * 1_000_000):06d}"
+    if payload.get("type") == "event_callback":
+        payload["event_id"] = "Ev" + uuid.uuid4().hex[:16].upper()
+        payload["event_time"] = int(now)
+
+
+class Command(BaseCommand):
+    help = "Sign and post a Slack payload (fixture) to a running Cardloop."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("fixture", help="JSON file with the payload.")
+        parser.add_argument("--app", required=True, help="Slack app id (A…) to post as.")
+        parser.add_argument("--interaction", default="", help="Fill in a button of ia_….")
+        parser.add_argument("--action", default="", help="The button's action id (approve, …).")
+        parser.add_argument("--user", default="", help="The clicker's Slack user id (U…).")
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="Cardloop base URL.")
+        parser.add_argument(
+            "--set", action="append", default=[], metavar="PATH=VALUE", help="Override a field."
+        )
+        parser.add_argument("--timeout", type=float, default=10.0, help="Seconds to wait.")
+
+    def handle(self, *args, fixture, app, interaction, action, user, url, set, timeout, **o):  # noqa: A002
+        slack_app = SlackApp.objects.select_related("bot").filter(app_id=app).first()
+        if slack_app is None:
+            raise CommandError(f"No Slack app {app!r}.")
+        secret = slack_app.secret("signing_secret")
+        if not secret:
+            raise CommandError(f"Slack app {app!r} has no signing secret.")
+        try:
+            payload = json.loads(Path(fixture).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"Cannot read {fixture}: {exc}") from None
+        if not isinstance(payload, dict):
+            raise CommandError(f"{fixture} does not hold a JSON object.")
+        try:
+            fresh(payload, app)
+            if interaction:
+                ia = (
+                    Interaction.objects.select_related("card")
+                    .filter(bot=slack_app.bot, public_id=interaction)
+                    .first()
+                )
+                if ia is None:
+                    raise ValueError(f"No interaction {interaction!r} of this app's bot.")
+                fill_click(payload, ia, action or "approve")
+            if user:
+                if payload.get("type") == "event_callback":
+                    set_path(payload, "event.user", user)
+                else:
+                    set_path(payload, "user.id", user)
+            for item in set:
+                set_path(payload, *parse_assignment(item))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        kind = str(payload.get("type") or "?")
+        if kind in INTERACTIVE:
+            body = urlencode({"payload": json.dumps(payload, ensure_ascii=False)}).encode()
+            target, content_type = (
+                f"{url.rstrip('/')}/slack/{app}/interactivity",
+                ("application/x-www-form-urlencoded"),
+            )
+        else:
+            body = json.dumps(payload, ensure_ascii=False).encode()
+            target, content_type = f"{url.rstrip('/')}/slack/{app}/events", "application/json"
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": content_type,
+            "X-Slack-Request-Timestamp": timestamp,
+            "X-Slack-Signature": SignatureVerifier(secret).generate_signature(
+                timestamp=timestamp, body=body
+            ),
+        }
+        self.stdout.write(f"POST {target} ({kind})")
+        started = time.perf_counter()
+        try:
+            response = httpx.post(target, content=body, headers=headers, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise CommandError(f"Request failed: {type(exc).__name__}: {exc}") from None
+        elapsed = (time.perf_counter() - started) * 1000
+        self.stdout.write(f"{response.status_code} in {elapsed:.1f} ms")
+        try:
+            shown = json.dumps(response.json(), ensure_ascii=False, indent=2)
+        except ValueError:
+            shown = response.text
+        self.stdout.write(shown)
+        if not 200 <= response.status_code < 300:
+            raise CommandError(f"Cardloop answered {response.status_code}.", returncode=1)
