@@ -145,8 +145,19 @@ class SlackChannel(Channel):
     def render_progress(self, session, asks):
         raise Unsupported("slack: progress messages are not built yet")
 
+    _feedback_renderer = None
+
+    def use_feedback_renderer(self, fn) -> None:
+        """Render feedback areas with `fn(policy, delivery_id, choice)` (the feedback app's
+        Block Kit area; it lives above this app, so it is handed over instead of imported)."""
+        self._feedback_renderer = fn
+
     def render_feedback_area(self, policy: dict[str, Any], delivery_id: str, choice):
-        raise Unsupported("slack: feedback areas are rendered by the feedback app")
+        """The feedback area's blocks (the handed-over renderer). Raises `Unsupported` when
+        the feedback app handed none over."""
+        if self._feedback_renderer is None:
+            raise Unsupported("slack: no feedback-area renderer was handed over")
+        return self._feedback_renderer(policy, delivery_id, choice)
 
     @property
     def send_errors(self) -> tuple[type[Exception], ...]:
