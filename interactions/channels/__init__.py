@@ -12,6 +12,7 @@ Implementations register in `InteractionsConfig.ready()`; this package imports n
 | `kinds` | channel kinds, `Capabilities`, and which tools a session may expose (pure) |
 | `text` | the text-fallback channels (wechat, text, webhook) |
 | `feishu/` | the Feishu channel: `channel` (`FeishuChannel`), `asgi` (the callback route), `ingress`, `ws` (long connection) |
+| `slack/` | the Slack channel: `channel` (`SlackChannel`), `blocks` (Block Kit, limits), `ingress` (interactivity and events URLs), `webapi` (slack-sdk) |
 """
 
 from __future__ import annotations
