@@ -9,7 +9,11 @@ two file reads per click. An entry holds the row with its secrets read, for at m
   once and again when the transaction commits (`forget_bot`, from `Bot`'s `post_save` /
   `post_delete` signals), and a lookup that raced such a change does not store what it read;
 - **in other processes** the entry expires within `CARDLOOP_BOT_CACHE_SECONDS`: a changed
-  secret takes effect everywhere within a second.
+  secret takes effect everywhere within a second;
+- **while the database cannot be reached** (a transient error, `plumbing.db.transient`) an
+  expired entry is still used: the click then reaches the dispatcher, whose claim fails, and
+  is answered the honest "try again in a moment" toast rather than a bare 503. No change to
+  the bot can be stored meanwhile.
 
 Unknown app ids are never cached (anyone can send them). Each lookup returns its own copy of
 the row, so a caller changing an attribute changes nothing for the others. Thread-safe.
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+
+from plumbing.db import transient
 
 
 def ttl() -> float:
@@ -42,13 +48,22 @@ class CallbackBots:
     def get(self, app_id: str, load: Callable[[str], Any], read_secrets: Callable[[Any], None]):
         """The bot of `app_id` (a copy) or None: from the cache while its entry lives, else
         `load(app_id)` (the database) then `read_secrets(bot)` (fills its secrets), stored.
-        Raises what `load` raises (nothing is cached then)."""
+        When `load` fails with a transient database error, the expired entry (if any) is
+        returned; otherwise raises what `load` raises (nothing is cached then)."""
         now = time.monotonic()
         entry = self._entries.get(app_id)
         if entry is not None and entry[0] > now:
             return copy.copy(entry[1])
         generation = self._generation
-        bot = load(app_id)
+        try:
+            bot = load(app_id)
+        except Exception as exc:
+            if entry is None or not transient.is_transient(exc):
+                raise
+            # The database is gone: the last row known still identifies the bot, so its click
+            # reaches the dispatcher and is told honestly to try again in a moment (its claim
+            # cannot be written) instead of a bare 503. Nothing can change the bot meanwhile.
+            return copy.copy(entry[1])
         lifetime = ttl()
         if bot is None or lifetime <= 0:
             with self._lock:

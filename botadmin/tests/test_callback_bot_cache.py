@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import connection
 
 from botadmin import services
 from botadmin.models import Bot
@@ -22,6 +23,7 @@ from interactions.tests.test_click_durability import (
     _toast,
 )
 from plumbing import secretstore
+from plumbing.db import outage
 from tests import feishu
 from tests.processes import wait_for_child_sessions_to_end
 
@@ -95,3 +97,26 @@ def test_a_secret_changed_in_another_process_takes_effect_within_the_cache_lifet
     finally:
         _stop(process, log)
         wait_for_child_sessions_to_end()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_while_the_database_is_known_gone_an_expired_entry_still_identifies_the_bot(
+    lark_bot, settings
+):
+    """The bot's click can then reach the dispatcher and get the honest "try again" toast;
+    an app id never seen still fails with the database's error (→ 503). PostgreSQL: a known
+    SQLite lock stops only writes, and the lookup is a read."""
+    settings.CARDLOOP_BOT_CACHE_SECONDS = 0.01
+    assert Bot.objects.for_callback(lark_bot.app_id).pk == lark_bot.pk
+    time.sleep(0.05)  # the entry has expired
+    connection.close()  # the next query needs a new connection
+    outage.connect_failed("default", ConnectionRefusedError("cut"))
+    try:
+        stale = Bot.objects.for_callback(lark_bot.app_id)
+        with pytest.raises(outage.DatabaseUnavailable):
+            Bot.objects.for_callback("cli_never_seen")
+    finally:
+        outage.reset("default")
+    assert stale.pk == lark_bot.pk
+    assert stale.secret("encrypt_key") == feishu.ENCRYPT_KEY
