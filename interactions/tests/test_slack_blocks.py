@@ -139,10 +139,17 @@ def test_the_limits_checker_names_each_broken_rule():
         + [{"type": "divider"}] * 47,
     }
     found = "\n".join(blocks.problems(message))
-    assert "51 blocks, at most 50" in found
-    assert "block_id 'same' is not unique" in found
-    assert "$.blocks[2].text: longer than 3000" in found
-    assert "elements[0].value: longer than 2000" in found
-    assert "elements[0].text: longer than 75" in found
-    assert "action_id 'a' is not unique" in found
+    assert "51 blocks; Slack allows at most 50" in found
+    assert "block_id: 'same' is already used at $.blocks[0]" in found
+    assert "$.blocks[2].text: 3001 characters; at most 3000" in found
+    assert "elements[0].value: 2001 characters; at most 2000" in found
+    assert "elements[0].text: 76 characters; at most 75" in found
+    assert "action_id: 'a' is already used" in found
     assert "elements[2].style: primary or danger only" in found
+
+
+def test_every_input_element_has_its_own_action_id():
+    ia = build(channel="slack", kind=Interaction.Kind.FORM, actions=[], fields=FORM_FIELDS)
+    message = blocks.interaction_message(ia, "en")
+    ids = [b["element"]["action_id"] for b in message["blocks"] if b["type"] == "input"]
+    assert ids == ["f_env_v", "f_note_v"]

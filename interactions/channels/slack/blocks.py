@@ -1,16 +1,10 @@
 """Block Kit messages for Slack: pure functions (an `Interaction` or plain values in, a
 `{"text", "blocks"}` dict out) and the limits checker `problems(message)`. No I/O.
 
-Rules of Slack this module follows (public sources):
+Rules of Slack this module follows (public sources): the Block Kit limits checked by
+`interactions.channels.slack.limits` (≤ 50 blocks, text / `value` / option lengths, unique
+`block_id` and `action_id`; every text here is cut to them), and:
 
-- blocks: https://api.slack.com/reference/block-kit/blocks — at most 50 blocks per message;
-  `header` text ≤ 150 characters; `section` text ≤ 3000; `context` ≤ 10 elements; `actions`
-  ≤ 25 elements; `input` label ≤ 2000; `block_id` ≤ 255 and unique within a message.
-- elements: https://api.slack.com/reference/block-kit/block-elements — `button` text ≤ 75,
-  `value` ≤ 2000, `action_id` ≤ 255 (unique among the block's elements; this module keeps
-  them unique in the whole message, so a submitted `state.values` is unambiguous), `style`
-  only `primary` / `danger`; `static_select` ≤ 100 options, option text ≤ 75, option value
-  ≤ 150; `plain_text_input` placeholder ≤ 150.
 - mrkdwn escaping: https://api.slack.com/reference/surfaces/formatting#escaping — `&`, `<`,
   `>` become `&amp;`, `&lt;`, `&gt;` in the caller's text, so it can neither mention anyone
   nor link.
@@ -38,30 +32,36 @@ from typing import Any
 from django.utils import translation
 from django.utils.translation import gettext as _
 
+from interactions.channels.slack import limits
 from interactions.models import Interaction
 from interactions.render import interaction_cards as ic
 from interactions.render.bilingual import language_of
 
-MAX_BLOCKS = 50
-MAX_HEADER = 150
-MAX_SECTION = 3000
-MAX_CONTEXT_ELEMENTS = 10
-MAX_ACTIONS_ELEMENTS = 25
-MAX_BUTTON_TEXT = 75
-MAX_VALUE = 2000
-MAX_ID = 255
-MAX_OPTIONS = 100
-MAX_OPTION_TEXT = 75
-MAX_OPTION_VALUE = 150
-MAX_LABEL = 2000
-MAX_PLACEHOLDER = 150
+#: Slack's limits, from `limits` (the one place that states them).
+MAX_BLOCKS = limits.MAX_BLOCKS
+MAX_HEADER = limits.MAX_HEADER_TEXT
+MAX_SECTION = limits.MAX_SECTION_TEXT
+MAX_ACTIONS_ELEMENTS = limits.MAX_ACTIONS_ELEMENTS
+MAX_BUTTON_TEXT = limits.MAX_BUTTON_TEXT
+MAX_VALUE = limits.MAX_BUTTON_VALUE
+MAX_ID = limits.MAX_ID
+MAX_OPTIONS = limits.MAX_OPTIONS
+MAX_OPTION_TEXT = limits.MAX_OPTION_TEXT
+MAX_OPTION_VALUE = limits.MAX_OPTION_VALUE
+MAX_LABEL = limits.MAX_LABEL
+MAX_PLACEHOLDER = limits.MAX_PLACEHOLDER
+#: The fallback `text` (https://api.slack.com/methods/chat.postMessage#arg_text).
 MAX_TEXT = 40000
 
 #: Block ids Cardloop gives its blocks (form fields are `f_<name>`, as on Feishu).
 ACTIONS_BLOCK = "ia_actions"
 SUBMIT_BLOCK = "ia_submit"
-#: action_id of the one input element inside each form field's input block.
-FIELD_ACTION = "v"
+
+
+def field_action(block_id: str) -> str:
+    """The action_id of the one input element in input block `block_id` (unique in the
+    message: `limits.problems` keeps action_ids unique message-wide)."""
+    return _cut(f"{block_id}_v", MAX_ID)
 
 
 def escape(text: str) -> str:
@@ -152,7 +152,7 @@ def _form_blocks(ia: Interaction) -> list[dict[str, Any]]:
         if field.get("type") == "select":
             element: dict[str, Any] = {
                 "type": "static_select",
-                "action_id": FIELD_ACTION,
+                "action_id": field_action(ic.form_field_name(field)),
                 "placeholder": placeholder,
                 "options": [
                     {
@@ -165,7 +165,7 @@ def _form_blocks(ia: Interaction) -> list[dict[str, Any]]:
         else:
             element = {
                 "type": "plain_text_input",
-                "action_id": FIELD_ACTION,
+                "action_id": field_action(ic.form_field_name(field)),
                 "placeholder": placeholder,
                 "max_length": int(field.get("max_length") or 1000),
             }
@@ -243,11 +243,12 @@ def questions_message(
             {"text": plain(str(o["label"]), MAX_OPTION_TEXT), "value": str(o["value"])[:150]}
             for o in q.get("options", [])[:MAX_OPTIONS]
         ]
+        action_id = field_action(f"q_{q['id']}")
         if q.get("multi"):
-            element: dict[str, Any] = {"type": "checkboxes", "action_id": FIELD_ACTION}
+            element: dict[str, Any] = {"type": "checkboxes", "action_id": action_id}
             element["options"] = options[:10]  # checkboxes take at most 10 options
         else:
-            element = {"type": "static_select", "action_id": FIELD_ACTION, "options": options}
+            element = {"type": "static_select", "action_id": action_id, "options": options}
         blocks.append(
             {
                 "type": "input",
@@ -264,7 +265,10 @@ def questions_message(
                     "block_id": _cut(f"q_{q['id']}_other", MAX_ID),
                     "label": plain(_("Other"), MAX_LABEL),
                     "optional": True,
-                    "element": {"type": "plain_text_input", "action_id": FIELD_ACTION},
+                    "element": {
+                        "type": "plain_text_input",
+                        "action_id": field_action(f"q_{q['id']}_other"),
+                    },
                 }
             )
     blocks.append(
@@ -290,86 +294,27 @@ def questions_message(
 # ---------------------------------------------------------------------------------------------
 
 
-def _text_of(obj: Any) -> str:
-    return str(obj.get("text", "")) if isinstance(obj, dict) else ""
-
-
 def problems(message: dict[str, Any]) -> list[str]:
-    """What in `message` (`{"text", "blocks"}`) breaks Slack's documented limits (module
-    docstring), as JSON-path strings without the message's text; [] when it is valid."""
-    out: list[str] = []
-    blocks = message.get("blocks") if isinstance(message, dict) else None
-    if not isinstance(blocks, list):
-        return ["$.blocks: must be a list"]
-    if len(blocks) > MAX_BLOCKS:
-        out.append(f"$.blocks: {len(blocks)} blocks, at most {MAX_BLOCKS}")
+    """What in `message` (`{"text", "blocks"}`) breaks Slack's documented limits, as
+    JSON-path strings without the message's text; [] when it is valid. The blocks are checked
+    by `limits.problems` (the one Block Kit checker, shared with deliveries; it keeps
+    `action_id`s unique in the whole message, stricter than Slack's per-block rule, so a
+    submitted `state.values` is unambiguous); this adds the fallback `text` length, button
+    styles (`primary` / `danger` only) and the 10 options of `checkboxes`."""
+    if not isinstance(message, dict):
+        return ["$: a message object with blocks"]
+    out = limits.problems(message.get("blocks"))
     if len(str(message.get("text", ""))) > MAX_TEXT:
         out.append(f"$.text: longer than {MAX_TEXT}")
-    block_ids: set[str] = set()
-    action_ids: set[str] = set()
-
-    def check_id(path: str, value: Any, seen: set[str], what: str) -> None:
-        if value is None:
-            return
-        value = str(value)
-        if not value or len(value) > MAX_ID:
-            out.append(f"{path}: {what} must be 1..{MAX_ID} characters")
-        if value in seen:
-            out.append(f"{path}: {what} {value!r} is not unique")
-        seen.add(value)
-
-    def check_element(path: str, el: dict[str, Any]) -> None:
-        check_id(f"{path}.action_id", el.get("action_id"), action_ids_in_block, "action_id")
-        kind = el.get("type")
-        if kind == "button":
-            if len(_text_of(el.get("text"))) > MAX_BUTTON_TEXT:
-                out.append(f"{path}.text: longer than {MAX_BUTTON_TEXT}")
-            if len(str(el.get("value", ""))) > MAX_VALUE:
-                out.append(f"{path}.value: longer than {MAX_VALUE}")
-            if "style" in el and el["style"] not in ("primary", "danger"):
-                out.append(f"{path}.style: primary or danger only")
-        if kind in ("static_select", "checkboxes", "radio_buttons"):
-            options = el.get("options") or []
-            limit = MAX_OPTIONS if kind == "static_select" else 10
-            if not options or len(options) > limit:
-                out.append(f"{path}.options: 1..{limit} options")
-            for j, opt in enumerate(options):
-                if len(_text_of(opt.get("text"))) > MAX_OPTION_TEXT:
-                    out.append(f"{path}.options[{j}].text: longer than {MAX_OPTION_TEXT}")
-                if len(str(opt.get("value", ""))) > MAX_OPTION_VALUE:
-                    out.append(f"{path}.options[{j}].value: longer than {MAX_OPTION_VALUE}")
-        if len(_text_of(el.get("placeholder"))) > MAX_PLACEHOLDER:
-            out.append(f"{path}.placeholder: longer than {MAX_PLACEHOLDER}")
-
-    for i, block in enumerate(blocks):
-        path = f"$.blocks[{i}]"
-        if not isinstance(block, dict) or not block.get("type"):
-            out.append(f"{path}: a block object with a type")
+    for i, block in enumerate(message.get("blocks") or []):
+        if not isinstance(block, dict):
             continue
-        check_id(f"{path}.block_id", block.get("block_id"), block_ids, "block_id")
-        kind = block["type"]
-        action_ids_in_block = action_ids  # unique in the whole message (stricter than Slack)
-        if kind == "header" and len(_text_of(block.get("text"))) > MAX_HEADER:
-            out.append(f"{path}.text: longer than {MAX_HEADER}")
-        if kind == "section" and len(_text_of(block.get("text"))) > MAX_SECTION:
-            out.append(f"{path}.text: longer than {MAX_SECTION}")
-        if kind == "context":
-            elements = block.get("elements") or []
-            if len(elements) > MAX_CONTEXT_ELEMENTS:
-                out.append(f"{path}.elements: at most {MAX_CONTEXT_ELEMENTS}")
-        if kind == "actions":
-            elements = block.get("elements") or []
-            if not elements or len(elements) > MAX_ACTIONS_ELEMENTS:
-                out.append(f"{path}.elements: 1..{MAX_ACTIONS_ELEMENTS}")
-            for j, el in enumerate(elements):
-                check_element(f"{path}.elements[{j}]", el)
-        if kind == "input":
-            if len(_text_of(block.get("label"))) > MAX_LABEL:
-                out.append(f"{path}.label: longer than {MAX_LABEL}")
-            if isinstance(block.get("element"), dict):
-                # an input's element is alone in its block: its action_id is unique there
-                action_ids_in_block = set()
-                check_element(f"{path}.element", block["element"])
-            else:
-                out.append(f"{path}.element: an element object")
+        elements = block.get("elements") if block.get("type") == "actions" else None
+        for j, el in enumerate(elements or []):
+            if isinstance(el, dict) and "style" in el and el["style"] not in ("primary", "danger"):
+                out.append(f"$.blocks[{i}].elements[{j}].style: primary or danger only")
+        el = block.get("element") if block.get("type") == "input" else None
+        if isinstance(el, dict) and el.get("type") == "checkboxes":
+            if len(el.get("options") or []) > 10:
+                out.append(f"$.blocks[{i}].element.options: at most 10 checkboxes")
     return out
