@@ -8,5 +8,6 @@
 | `ingress` | `POST /slack/<app_id>/interactivity` and `/events`: signature over the raw bytes, dedupe, dispatcher |
 | `admin` | Slack apps: app id, write-only bot token and signing secret, "check connection" |
 
-Progress messages and feedback areas are not rendered on Slack by this package.
+Not on Slack yet: progress messages and asks (sessions). The feedback area of final answers is
+the feedback app's, handed over in its `ready()` (`SlackChannel.use_feedback_renderer`).
 """
