@@ -18,7 +18,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from interactions import channels
+from interactions import channels, kinds
 from interactions.api.base import WAIT_SCHEMA, BotAPIView, BotAsyncAPIView, invalid, wait_seconds
 from interactions.api.serializers.interactions import (
     ApprovalCheckOutSerializer,
@@ -110,7 +110,11 @@ class InteractionCreateView(BotAPIView):
             raise ApiError(
                 "send_failed",
                 {
-                    "message": str(_("Feishu did not accept the message; nothing is pending.")),
+                    "message": str(
+                        _("Feishu did not accept the message; nothing is pending.")
+                        if ia.channel == kinds.FEISHU
+                        else _("The channel did not accept the message; nothing is pending.")
+                    ),
                     "feishu_code": exc.code,
                     "feishu_msg": exc.msg,
                     "log_id": exc.log_id,

@@ -108,3 +108,16 @@ def test_without_a_bot_token_sends_and_updates_are_a_dry_run(
     assert CardUpdate.objects.get().status == WorkStatus.DONE
     assert slack_stub.calls == []
     assert "dry run: chat.update" in caplog.text
+
+
+def test_a_send_slack_refuses_cancels_the_interaction_with_slacks_error(
+    slack_app,
+    slack_stub,
+    make_interaction,  # noqa: F811
+):
+    services.set_slack_secret(None, slack_app, "bot_token", "xoxb-not-known-to-the-stub")
+    ia = make_interaction(slack_app.bot, channel="slack", chat_id=CHAT, requester_open_id=REQUESTER)
+    with pytest.raises(approvals.SendFailed) as failed:
+        approvals.send_to_chat(Interaction.objects.select_related("bot__slack_app").get(pk=ia.pk))
+    assert failed.value.code == "invalid_auth"
+    assert Interaction.objects.get(pk=ia.pk).status == Interaction.Status.CANCELLED
