@@ -121,3 +121,17 @@ def test_a_send_slack_refuses_cancels_the_interaction_with_slacks_error(
         approvals.send_to_chat(Interaction.objects.select_related("bot__slack_app").get(pk=ia.pk))
     assert failed.value.code == "invalid_auth"
     assert Interaction.objects.get(pk=ia.pk).status == Interaction.Status.CANCELLED
+
+
+def test_a_bot_without_a_slack_app_is_refused_before_anything_is_sent(
+    make_bot,
+    slack_stub,
+    make_interaction,  # noqa: F811
+):
+    ia = make_interaction(
+        make_bot(app_id="cli_no_slack"), channel="slack", chat_id=CHAT, requester_open_id=REQUESTER
+    )
+    with pytest.raises(approvals.SendFailed) as failed:
+        approvals.send_to_chat(ia)
+    assert failed.value.code == "no_slack_app"
+    assert slack_stub.calls == []

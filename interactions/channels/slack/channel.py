@@ -168,8 +168,11 @@ class SlackChannel(Channel):
         `receive_id`; returns the `CardEntity` (`address={"channel", "ts"}`). A repeated
         `uuid` whose send was recorded returns that record without a second message (Slack
         has no idempotency key: a send interrupted between Slack's answer and the record can
-        be posted twice on a retry). Raises `ChannelSendError` (`code` = Slack's error, or
-        `invalid_blocks` for a message breaking `blocks.problems`, nothing sent)."""
+        be posted twice on a retry). Raises `ChannelSendError` (`code` = Slack's error,
+        `no_slack_app` for a bot without a Slack app, or `invalid_blocks` for a message
+        breaking `blocks.problems`; nothing sent)."""
+        if getattr(bot, "slack_app", None) is None:
+            raise ChannelSendError("this bot has no Slack app", code="no_slack_app")
         problems = blocks.problems(message)
         if problems:
             raise ChannelSendError("; ".join(problems[:5]), code="invalid_blocks")
