@@ -27,6 +27,8 @@ from cardloop.asgi import application
 MAX_EXAMPLES = 10
 #: A Card JSON 2.0 answer card.
 CARD = {"schema": "2.0", "body": {"elements": [{"tag": "markdown", "content": "The answer"}]}}
+#: A Block Kit answer (Slack).
+BLOCKS = [{"type": "section", "text": {"type": "mrkdwn", "text": "The answer"}}]
 
 
 def _served_schema() -> dict:
@@ -56,7 +58,11 @@ FUZZ = settings(
 @pytest.fixture
 def bot_key(transactional_db, make_bot, make_api_key):
     """The Authorization header of a bot API key."""
-    raw, _key = make_api_key(make_bot())
+    from botadmin.models import SlackApp
+
+    bot = make_bot()
+    SlackApp.objects.create(bot=bot, app_id="A0FUZZAPP")  # dry run: no bot token
+    raw, _key = make_api_key(bot)
     return f"Bearer {raw}"
 
 
@@ -95,10 +101,14 @@ def _meet_rules_stated_in_words(case) -> None:
     - analytics: `tz` is an IANA zone name; `from` and `to` are dates or datetimes, from < to,
       at most 366 days apart;
     - `PUT …/progress`: the first call of a session names `chat_id` or `open_id`;
-    - `POST /api/v1/deliveries`: `card` is a Card JSON 2.0 card (Feishu's format, checked by
+    - `POST /api/v1/deliveries`: a Slack answer (`channel` slack, or `blocks` without a
+      channel) is Block Kit blocks to a Slack conversation id, for a bot with a Slack app (the
+      fuzzed bot has one), with the requester as a Slack user id; a Feishu answer carries none
+      of the Slack-only fields; `card` is a Card JSON 2.0 card (Feishu's format, checked by
       Cardloop's card validator), a registered message is not another delivery's, and the keys
       of proposed `feedback_options` are unique, with reasons only beside a negative button;
-    - `POST /api/v1/interactions`: action ids, action values and form field names are unique;
+    - `POST /api/v1/interactions`: action ids, action values and form field names are unique,
+      and labels are not only whitespace;
     - `POST …/asks`: option labels are unique within a question, and a requester is named
       (or known from the session's progress card).
     """
@@ -124,6 +134,20 @@ def _meet_rules_stated_in_words(case) -> None:
         if not any(str(body.get(k) or "").strip() for k in ("chat_id", "open_id")):
             body["chat_id"] = "oc_fuzz_chat"
     elif path == "/api/v1/deliveries" and isinstance(body, dict):
+        slack = body.get("channel") == "slack" or (
+            "channel" not in body and body.get("blocks") is not None
+        )
+        if slack:  # Block Kit blocks, a Slack conversation, the requester as a Slack user id
+            body["blocks"] = BLOCKS
+            body["chat_id"] = "C0FUZZCHAN"
+            body.pop("requester_open_id", None)
+            for name in ("platform_message_id", "card_id"):  # Cardloop sends Slack answers
+                body.pop(name, None)
+            if body.get("requester_user_id"):
+                body["requester_user_id"] = "U0FUZZUSER"
+        else:  # a Feishu answer takes none of the Slack-only fields
+            for name in ("blocks", "text", "requester_user_id"):
+                body.pop(name, None)
         if isinstance(body.get("card"), dict):
             body["card"] = CARD
         if str(body.get("platform_message_id") or "").strip():
@@ -143,14 +167,28 @@ def _meet_rules_stated_in_words(case) -> None:
             action["id"] = f"a{i}_{action['id']}"[:32]
             if "value" in action:
                 action["value"] = f"{i}:{action['value']}"[:200]
+        for i, action in enumerate(body.get("actions") or []):
+            action["label"] = _visible(action.get("label"), i)
         for i, field in enumerate(body.get("fields") or []):
             field["name"] = f"f{i}_{field['name']}"[:31]
+            if "label" in field:
+                field["label"] = _visible(field["label"], i)
+            for j, option in enumerate(field.get("options") or []):
+                option["label"] = _visible(option.get("label"), j)
     elif path.endswith("/asks") and method == "POST" and isinstance(body, dict):
         if not str(body.get("requester_open_id") or "").strip():
             body["requester_open_id"] = "ou_fuzz_requester"
         for question in body.get("questions") or []:
             for i, option in enumerate(question.get("options") or []):
                 option["label"] = f"{i}:{option['label']}"[:60]
+
+
+def _visible(label, i: int) -> str:
+    """`label` with a visible first character, no longer than it was: a required label is
+    stripped of whitespace before it is checked, and Python's whitespace includes characters
+    (U+001C–U+001F) that the schema's patterns cannot exclude."""
+    text = str(label or "")
+    return (f"{i}" + text)[: max(len(text), 1)]
 
 
 def _holds_the_request(wait) -> bool:
