@@ -33,15 +33,15 @@ def answer_blocks(text: str = "The answer") -> list[dict]:
 
 
 class MessagesStub(SlackStub):
-    """`SlackStub` that also keeps every posted message and answers
-    `conversations.history` (`latest`, `inclusive`, `limit`; a channel's own messages) and
+    """`SlackStub` that also keeps every posted message with its text (`posted`, updated by
+    `chat.update`) and answers `conversations.history` (`latest`, `inclusive`, `limit`) and
     `conversations.replies` (`ts` of a thread's message) from them, shapes from
     https://api.slack.com/methods/conversations.history and …/conversations.replies.
     `thread_replies` are messages only a thread holds (never in the history)."""
 
     def __init__(self, tokens):
         super().__init__(tokens)
-        self.messages: dict[tuple[str, str], dict] = {}
+        self.posted: dict[tuple[str, str], dict] = {}
         self.thread_replies: dict[tuple[str, str], dict] = {}
 
     def answer(self, method, token, params):
@@ -49,21 +49,21 @@ class MessagesStub(SlackStub):
             latest = params.get("latest")
             found = [
                 m
-                for (channel, ts), m in sorted(self.messages.items(), reverse=True)
+                for (channel, ts), m in sorted(self.posted.items(), reverse=True)
                 if channel == params.get("channel") and (latest is None or ts <= latest)
             ]
             return {"ok": True, "messages": found[: int(params.get("limit") or 100)]}
         if token in self.tokens and method == "conversations.replies":
             key = (params.get("channel"), params.get("ts"))
-            message = self.thread_replies.get(key) or self.messages.get(key)
+            message = self.thread_replies.get(key) or self.posted.get(key)
             if message is None:
                 return {"ok": False, "error": "thread_not_found"}
             return {"ok": True, "messages": [message]}
         body = super().answer(method, token, params)
-        if method == "chat.postMessage" and body.get("ok"):
+        if method in ("chat.postMessage", "chat.update") and body.get("ok"):
             blocks = params.get("blocks")
             blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
-            self.messages[(body["channel"], body["ts"])] = {
+            self.posted[(body["channel"], body["ts"])] = {
                 "type": "message",
                 "ts": body["ts"],
                 "text": params.get("text", ""),
@@ -332,7 +332,7 @@ def test_a_thread_reply_is_read_back_from_the_thread(slack_api):
     delivery = Delivery.objects.get(delivery_id=body["delivery_id"])
     key = (CHANNEL, delivery.platform_message_id)
     stub = slack_api.stub
-    stub.thread_replies[key] = {**stub.messages.pop(key), "thread_ts": "1600000000.000001"}
+    stub.thread_replies[key] = {**stub.posted.pop(key), "thread_ts": "1600000000.000001"}
     message = slack_delivery.render_update(_slack_card(delivery))
     assert message["blocks"][:2] == answer_blocks()
     reads = [m for m, _t, _p in stub.calls if m.startswith("conversations.")]
@@ -344,7 +344,7 @@ def test_a_deleted_message_or_a_dry_run_needs_no_read_back(slack_api):
 
     body = slack_api.deliver().json()
     delivery = Delivery.objects.get(delivery_id=body["delivery_id"])
-    slack_api.stub.messages.clear()
+    slack_api.stub.posted.clear()
     assert slack_delivery.render_update(_slack_card(delivery)) is None
     services.clear_slack_secret(None, slack_api.app, "bot_token")
     dry = slack_delivery.render_update(_slack_card(delivery))
