@@ -806,8 +806,10 @@ class ProgressSession(models.Model):
     (`interactions.render.progress_cards.render`) every time it is updated. `state_version`
     grows with every change (state, asks, cancel request) and is passed to the card queue.
 
+    - `channel`: the channel kind showing the message (`interactions.kinds`; a channel with
+      buttons and forms: feishu, slack, telegram); its `render_progress` renders it.
     - `receive_id_type` / `receive_id`: where the card was sent (`chat_id` → `oc_…`, or
-      `open_id` → a p2p chat with that user).
+      `open_id` → a p2p chat with that user; other channels: their own chat id, `chat_id`).
     - `status`: running | completed | failed | cancelled (terminal) | recovering (the agent
       runtime restarted: pending asks were invalidated, the card shows the recovery text).
     - `tool_lines`: the latest tool lines shown (strings, newest last, ≤ 20).
@@ -830,6 +832,15 @@ class ProgressSession(models.Model):
         Bot, on_delete=models.CASCADE, related_name="progress_sessions", verbose_name=_("bot")
     )
     session_id = models.CharField(_("session_id"), max_length=128)
+    channel = models.CharField(
+        _("channel"),
+        max_length=16,
+        default="feishu",
+        help_text=_(
+            "The channel kind that shows the progress message (feishu, slack, telegram); "
+            "set by the first update and kept."
+        ),
+    )
     receive_id_type = models.CharField(
         _("receive_id_type"),
         max_length=8,

@@ -100,7 +100,9 @@ def _meet_rules_stated_in_words(case) -> None:
     - `GET /api/v1/events`: `after` is a cursor the feed issued;
     - analytics: `tz` is an IANA zone name; `from` and `to` are dates or datetimes, from < to,
       at most 366 days apart;
-    - `PUT …/progress`: the first call of a session names `chat_id` or `open_id`;
+    - `PUT …/progress`: the first call of a session names `chat_id` or `open_id`, on a
+      channel this server shows progress on (`Channel.shows_progress`; Slack and Telegram
+      for a bot with their app, a conversation id of theirs); later calls keep that channel;
     - `POST /api/v1/deliveries`: a Slack answer (`channel` slack, or `blocks` without a
       channel) is Block Kit blocks to a Slack conversation id, for a bot with a Slack app (the
       fuzzed bot has one), with the requester as a Slack user id; a Feishu answer carries none
@@ -131,8 +133,7 @@ def _meet_rules_stated_in_words(case) -> None:
             query["from"], query["to"] = "2025-03-01", "2025-03-08T12:00:00Z"
         query.pop("cursor", None)  # opaque: only `next`/`previous` of an earlier page
     elif path.endswith("/progress") and method == "PUT" and isinstance(body, dict):
-        if not any(str(body.get(k) or "").strip() for k in ("chat_id", "open_id")):
-            body["chat_id"] = "oc_fuzz_chat"
+        _progress_in_line(case.path_parameters.get("session_id"), body)
     elif path == "/api/v1/deliveries" and isinstance(body, dict):
         slack = body.get("channel") == "slack" or (
             "channel" not in body and body.get("blocks") is not None
@@ -181,6 +182,28 @@ def _meet_rules_stated_in_words(case) -> None:
         for question in body.get("questions") or []:
             for i, option in enumerate(question.get("options") or []):
                 option["label"] = f"{i}:{option['label']}"[:60]
+
+
+def _progress_in_line(session_id, body: dict) -> None:
+    from interactions import channels, kinds
+    from interactions.models import ProgressSession
+
+    first = ProgressSession.objects.filter(session_id=str(session_id or "")).first()
+    channel = body.get("channel", kinds.FEISHU)
+    if first is not None:
+        channel = first.channel
+    elif not channels.get(channel).shows_progress:
+        channel = kinds.FEISHU
+    body["channel"] = channel
+    chat = {kinds.FEISHU: "oc_fuzz_chat", kinds.SLACK: "C0FUZZCHAN", kinds.TELEGRAM: "424242"}
+    if channel != kinds.FEISHU:
+        body.pop("open_id", None)
+        if body.get("requester_open_id"):
+            body["requester_open_id"] = "U0FUZZUSER" if channel == kinds.SLACK else "4242"
+        if body.get("chat_id") is not None:
+            body["chat_id"] = chat[channel]
+    if not any(str(body.get(k) or "").strip() for k in ("chat_id", "open_id")):
+        body["chat_id"] = chat[channel]
 
 
 def _visible(label, i: int) -> str:

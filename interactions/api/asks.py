@@ -62,7 +62,9 @@ class ProgressView(BotAPIView):
         description=(
             "Record the progress state (running | completed | failed | cancelled | "
             "recovering). The first call (201) sends the card to chat_id, or to open_id's p2p "
-            "chat; later calls (200) update it through the card queue, rendered from the "
+            "chat (Feishu only), on `channel` (feishu | slack | telegram; the first call sets "
+            "it, another channel later is refused 400 `channel_changed`, one this server cannot "
+            "show progress on 400 `channel_unsupported`); later calls (200) update it through the card queue, rendered from the "
             "current state when applied. `recovering` withdraws every pending ask of the "
             "session (the card shows the recovery text, panels are told, old forms answer "
             "that the question is no longer valid); completed / failed / cancelled end them (reason session_ended). "
@@ -89,6 +91,7 @@ class ProgressView(BotAPIView):
                 tool_lines=data.get("tool_lines"),
                 receive_id=receive_id,
                 receive_id_type=receive_id_type,
+                channel=data["channel"],
                 requester_open_id=data.get("requester_open_id"),
                 details_url=data.get("details_url"),
             )
@@ -98,7 +101,11 @@ class ProgressView(BotAPIView):
             raise ApiError(
                 "send_failed",
                 {
-                    "message": str(_("Feishu did not accept the card; the state is kept.")),
+                    "message": str(
+                        _("Feishu did not accept the card; the state is kept.")
+                        if data["channel"] == kinds.FEISHU
+                        else _("The channel did not accept the message; the state is kept.")
+                    ),
                     "feishu_code": exc.code,
                     "feishu_msg": exc.msg,
                     "log_id": exc.log_id,

@@ -14,9 +14,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from interactions import channels
 from interactions.cardqueue import service as cards
 from interactions.models import Ask, CardEntity, ProgressSession
-from interactions.render import progress_cards
 
 #: Name of the card-queue renderer of progress cards.
 RENDERER = "progress"
@@ -45,9 +45,11 @@ def pending_asks(session: ProgressSession, *, now: datetime | None = None) -> li
     )
 
 
-def render_session(session: ProgressSession) -> dict[str, Any]:
-    """The progress card of `session` as it is now (pending asks included)."""
-    return progress_cards.render(session, pending_asks(session))
+def render_session(session: ProgressSession) -> dict[str, Any] | str:
+    """The progress message of `session` as it is now (pending asks included), rendered by
+    the session's channel (`Channel.render_progress`: Feishu Card JSON 2.0, Slack Block Kit,
+    …)."""
+    return channels.get(session.channel).render_progress(session, pending_asks(session))
 
 
 def render_card_entity(card: CardEntity) -> dict[str, Any] | None:

@@ -54,8 +54,8 @@ class ProgressResult:
 
 
 class SendFailed(Exception):
-    """The first send of a progress card failed (`code`, `msg`, `log_id` from Feishu,
-    `problems` from card validation); the state is kept and the next PUT sends again."""
+    """The first send of a progress message failed (`code`, `msg`, `log_id` from the channel's
+    platform, `problems` from message validation); the state is kept and the next PUT sends again."""
 
     def __init__(self, *, code=None, msg="", log_id="", problems=()):
         super().__init__(msg or "send failed")
@@ -78,6 +78,7 @@ def update_progress(
     tool_lines: list[str] | None = None,
     receive_id: str = "",
     receive_id_type: str = "chat_id",
+    channel: str = kinds.FEISHU,
     requester_open_id: str | None = None,
     details_url: str | None = None,
     now: datetime | None = None,
@@ -90,12 +91,24 @@ def update_progress(
     the session (reason `recovering`), a terminal status (completed | failed | cancelled) with
     reason `session_ended`; their forms leave the card and panels are told.
 
+    `channel` (a kind with buttons and forms whose channel renders progress: feishu, slack,
+    telegram) is where the first call sends the message; the session keeps it, and a later
+    call naming another channel is refused (`channel_changed`).
+
     Network I/O (the first send) happens outside any transaction. Raises `AskRefused` when the
-    first call names no `receive_id`, `SendFailed` when Feishu refused the first send (state
-    kept; the next call tries again).
+    first call names no `receive_id`, when `channel` cannot show progress messages
+    (`channel_unsupported`) or differs from the session's (`channel_changed`), `SendFailed` when
+    the channel refused the first send (state kept; the next call tries again).
     """
     if status not in PS.values:
         raise ValueError(f"unknown progress status {status!r}")
+    channel_kind = kinds.normalize(channel) or channel
+    if not _shows_progress(channel_kind):
+        raise AskRefused(
+            "channel_unsupported",
+            "channel",
+            _("Progress messages are shown on feishu, slack and telegram only."),
+        )
     now = now or timezone.now()
     created = False
     with transaction.atomic():
@@ -105,6 +118,13 @@ def update_progress(
             .filter(bot=bot, session_id=session_id)
             .first()
         )
+        if session is not None and session.channel != channel_kind:
+            raise AskRefused(
+                "channel_changed",
+                "channel",
+                _("This session's progress is shown on %(channel)s; its channel cannot change.")
+                % {"channel": session.channel},
+            )
         if session is None:
             if not receive_id:
                 raise AskRefused(
@@ -117,6 +137,7 @@ def update_progress(
                     session = ProgressSession.objects.create(
                         bot=bot,
                         session_id=session_id,
+                        channel=channel_kind,
                         receive_id=receive_id,
                         receive_id_type=receive_id_type,
                         chat_id=receive_id if receive_id_type == "chat_id" else "",
@@ -158,8 +179,7 @@ def update_progress(
             pk=session.pk
         )
         card_json = render_session(ProgressSession.objects.get(pk=session.pk))
-        # progress sessions are shown on Feishu (their sessions carry no other channel yet)
-        channel = channels.get(kinds.FEISHU)
+        channel = channels.get(session.channel)
         try:
             entity = channel.send(
                 bot,
@@ -193,6 +213,15 @@ def update_progress(
         sent = True
     session = ProgressSession.objects.select_related("card").get(pk=session.pk)
     return ProgressResult(session, created, sent, invalidated)
+
+
+def _shows_progress(kind: str) -> bool:
+    """Whether channel `kind` is registered and can show a progress message with forms."""
+    try:
+        channel = channels.get(kind)
+    except LookupError:
+        return False
+    return channel.name == kind and channel.shows_progress
 
 
 def session_for_message(bot: Bot, open_message_id: str) -> ProgressSession | None:

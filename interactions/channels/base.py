@@ -77,6 +77,10 @@ class Channel(abc.ABC):
         form; resolved, expired or cancelled with the final state and nothing left to click.
         Pure; text in the active language."""
 
+    #: Whether `render_progress` renders progress messages (with the asks as forms or
+    #: buttons) for `PUT /api/v1/sessions/<id>/progress`; channels without it refuse there.
+    shows_progress: bool = False
+
     @abc.abstractmethod
     def render_progress(self, session, asks) -> Message:
         """The progress message of agent session `session` (a `ProgressSession`) showing the

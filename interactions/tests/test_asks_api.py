@@ -427,3 +427,42 @@ def test_session_asks_cancel_with_recovering_invalidates_every_pending_ask(api, 
     ]
     bad = api.post(f"/api/v1/sessions/{SESSION}/asks/cancel", {"reason": "x"}, format="json")
     assert bad.status_code == 400 and "reason" in bad.json()["detail"]
+
+
+def test_the_first_put_sets_the_channel_and_a_later_put_naming_another_is_refused(
+    api, lark_stub, monkeypatch
+):
+    from interactions import channels
+
+    monkeypatch.setattr(channels.get("slack"), "shows_progress", True)
+    first = put_progress(api, chat_id=CHAT, requester_open_id=REQUESTER)
+    assert first.status_code == 201, first.content
+    assert first.json()["channel"] == "feishu"
+    other = put_progress(api, channel="slack", summary="moved?")
+    assert other.status_code == 400
+    assert other.json()["error"] == "channel_changed" and "channel" in other.json()["detail"]
+    session = ProgressSession.objects.get(session_id=SESSION)
+    assert session.channel == "feishu" and session.summary == ""
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"channel": "wechat", "chat_id": CHAT}, "channel"),
+        ({"channel": "slack", "open_id": REQUESTER}, "open_id"),
+        (
+            {"channel": "slack", "chat_id": "C0CHAN", "requester_open_id": REQUESTER},
+            "requester_open_id",
+        ),
+        ({"chat_id": CHAT, "requester_open_id": "U0SLACKUSER"}, "requester_open_id"),
+        (
+            {"channel": "telegram", "chat_id": "42", "requester_open_id": "U0SLACK"},
+            "requester_open_id",
+        ),
+    ],
+)
+def test_a_channel_and_person_id_that_do_not_fit_are_refused_naming_the_field(api, body, field):
+    response = put_progress(api, **body)
+    assert response.status_code == 400, response.content
+    assert field in response.json()["detail"]
+    assert not ProgressSession.objects.exists()

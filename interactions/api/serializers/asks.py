@@ -3,22 +3,73 @@
 
 from __future__ import annotations
 
+import re
+
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
+from interactions import kinds
 from interactions.asks import card as session_card
 from interactions.asks import service as asks
 from interactions.models import ProgressSession
-from plumbing.fields import HttpsUrlField, OpenIdField, StrictBooleanField, StrictCharField
-from plumbing.openapi import state_rules
+from plumbing.fields import (
+    OPEN_ID_PATTERN,
+    HttpsUrlField,
+    OpenIdField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictRegexField,
+)
+from plumbing.openapi import state_rules, when
+
+#: Channels a progress message can be shown on (each needs its channel's `render_progress`).
+PROGRESS_CHANNELS = (kinds.FEISHU, kinds.SLACK, kinds.TELEGRAM)
+_CHANNEL_IDS = {**kinds.OPERATOR_ID_PATTERNS, kinds.FEISHU: OPEN_ID_PATTERN}
 
 
-@state_rules(exclusive=(("chat_id", "open_id"),))
+def _requester_matches(pattern: str) -> dict:
+    """`requester_open_id` blank or matching `pattern` (a Python pattern anchored with `^` and
+    `$` or `\\Z`), as a JSON schema property rule."""
+    core = pattern.removeprefix("^").removesuffix("\\Z").removesuffix("$")
+    return {"properties": {"requester_open_id": {"pattern": rf"^(?:{core})?$"}}}
+
+
+#: What JSON schema can state of `ProgressSerializer.validate`: the requester is a person id
+#: of the session's channel (Feishu when `channel` is left out), and only Feishu takes `open_id`.
+PROGRESS_RULES = (
+    {
+        "anyOf": [
+            {
+                "properties": {"channel": {"enum": [kinds.SLACK, kinds.TELEGRAM]}},
+                "required": ["channel"],
+            },
+            _requester_matches(OPEN_ID_PATTERN),
+        ]
+    },
+    when("channel", [kinds.SLACK], _requester_matches(kinds.OPERATOR_ID_PATTERNS[kinds.SLACK])),
+    when(
+        "channel",
+        [kinds.TELEGRAM],
+        _requester_matches(kinds.OPERATOR_ID_PATTERNS[kinds.TELEGRAM]),
+    ),
+    when("channel", [kinds.SLACK, kinds.TELEGRAM], {"not": {"required": ["open_id"]}}),
+)
+
+
+@state_rules(exclusive=(("chat_id", "open_id"),), rules=PROGRESS_RULES)
 class ProgressSerializer(serializers.Serializer):
     """Body of `PUT /api/v1/sessions/<session_id>/progress`. Omitted fields keep their value."""
 
     status = serializers.ChoiceField(choices=ProgressSession.Status.choices)
+    channel = serializers.ChoiceField(
+        choices=PROGRESS_CHANNELS,
+        default=kinds.FEISHU,
+        help_text=_(
+            "Where the progress message is shown (feishu | slack | telegram); the first call "
+            "sets it and later calls may not change it."
+        ),
+    )
     title = StrictCharField(max_length=200, required=False, allow_blank=True)
     summary = StrictCharField(max_length=4000, required=False, allow_blank=True)
     tool_lines = serializers.ListField(
@@ -37,11 +88,15 @@ class ProgressSerializer(serializers.Serializer):
         required=False,
         help_text=_("Instead of chat_id: send the card to this user's p2p chat."),
     )
-    requester_open_id = OpenIdField(
+    requester_open_id = StrictRegexField(
+        kinds.ANY_OPERATOR_ID_PATTERN,
         max_length=64,
         required=False,
         allow_blank=True,
-        help_text=_("Who started the task: the only person who may answer and cancel."),
+        help_text=_(
+            "Who started the task: the only person who may answer and cancel (the person's "
+            "id on the channel: Feishu open_id, Slack user id, Telegram user number)."
+        ),
     )
     details_url = HttpsUrlField(
         max_length=500,
@@ -60,6 +115,20 @@ class ProgressSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"open_id": [_("Give chat_id or open_id, not both.")]}
             )
+        channel = attrs.get("channel", kinds.FEISHU)
+        if channel != kinds.FEISHU and attrs.get("open_id"):
+            raise serializers.ValidationError(
+                {"open_id": [_("open_id is Feishu's; on this channel give chat_id.")]}
+            )
+        requester = attrs.get("requester_open_id") or ""
+        if requester and not re.match(_CHANNEL_IDS[channel], requester):
+            raise serializers.ValidationError(
+                {
+                    "requester_open_id": [
+                        _("Use the requester's id on %(channel)s.") % {"channel": channel}
+                    ]
+                }
+            )
         return attrs
 
 
@@ -67,6 +136,7 @@ ProgressOutSerializer = inline_serializer(
     "ProgressSession",
     {
         "session_id": serializers.CharField(),
+        "channel": serializers.CharField(),
         "status": serializers.ChoiceField(choices=ProgressSession.Status.choices),
         "title": serializers.CharField(),
         "summary": serializers.CharField(),
@@ -91,6 +161,7 @@ def progress_json(session: ProgressSession) -> dict:
     card = session.card
     return {
         "session_id": session.session_id,
+        "channel": session.channel,
         "status": session.status,
         "title": session.title,
         "summary": session.summary,

@@ -36,6 +36,7 @@ class FeishuChannel(Channel):
 
     name = kinds.FEISHU
     capabilities = kinds.CAPABILITIES[kinds.FEISHU]
+    shows_progress = True
 
     def __init__(self) -> None:
         self._feedback_renderer: Callable[..., dict[str, Any]] | None = None
