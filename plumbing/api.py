@@ -54,17 +54,17 @@ def error_body(code: str, detail: Any) -> dict[str, Any]:
 
 def database_unavailable_body() -> dict[str, Any]:
     """The 503 body of a request the database could not serve now (send `Retry-After`:
-    `RETRY_AFTER_SECONDS`)."""
+    `RETRY_AFTER_SECONDS`), its detail in the request's language."""
     return error_body(
         "database_unavailable",
-        "The database is unavailable right now; nothing was changed. Retry shortly.",
+        _("The database is unavailable right now; nothing was changed. Retry shortly."),
     )
 
 
 def busy_body() -> dict[str, Any]:
     """The 503 body of a request that found every database connection in use for the pool's
     whole wait (`DATABASE_POOL_TIMEOUT`) while the database is up (send `Retry-After`)."""
-    return error_body("busy", "Cardloop is busy right now; nothing was changed. Retry shortly.")
+    return error_body("busy", _("Cardloop is busy right now; nothing was changed. Retry shortly."))
 
 
 def transient_error_body(exc: BaseException) -> dict[str, Any]:
@@ -103,7 +103,10 @@ def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
-            error_body("too_large", f"The request body is larger than {limit} bytes."),
+            error_body(
+                "too_large",
+                _("The request body is larger than %(limit)s bytes.") % {"limit": limit},
+            ),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     if isinstance(exc, SuspiciousOperation):

@@ -259,3 +259,31 @@ def test_django_log_lines_go_through_the_root_handler_only():
     assert logging.getLogger("django").handlers == []
     assert logging.getLogger("django.security.DisallowedHost").handlers == []
     assert logging.getLogger().handlers
+
+
+@pytest.mark.parametrize(
+    ("language", "too_large", "unavailable", "busy"),
+    [
+        ("en", "larger than 1024 bytes", "database is unavailable", "busy right now"),
+        ("zh-hans", "超过 1024 字节", "数据库暂时不可用", "当前繁忙"),
+    ],
+)
+def test_size_and_database_refusals_are_told_in_the_readers_language(
+    bot_client, settings, language, too_large, unavailable, busy
+):
+    from django.utils import translation
+
+    from plumbing.api import busy_body, database_unavailable_body
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    body = '{"chat_id": "' + "x" * 4096 + '"}'
+    response = bot_client.post(
+        "/api/v1/deliveries",
+        data=body,
+        content_type="application/json",
+        HTTP_ACCEPT_LANGUAGE=language,
+    )
+    assert response.status_code == 413 and too_large in response.json()["detail"]
+    with translation.override(language):
+        assert unavailable in database_unavailable_body()["detail"]
+        assert busy in busy_body()["detail"]
