@@ -9,78 +9,33 @@ from __future__ import annotations
 import os
 import socket
 import stat
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
-from django.test import override_settings
 from django.urls import reverse
 
 from botadmin import services
-from botadmin.models import AuditEntry, SlackApp, TelegramBot
+from botadmin.models import AuditEntry
+from interactions.tests import channel_app_helpers
+from interactions.tests.channel_app_helpers import (
+    SLACK,
+    TELEGRAM,
+    TG_BOT_ID,
+    Channel,
+    running_stub,
+)
 from plumbing.secretstore import _path
-from tests.slack_stub import SlackStub
-from tests.telegram_stub import TelegramStub
 
-SLACK_TOKEN = "xoxb-stub-token-1"
-TG_BOT_ID = 123456789
-TG_TOKEN = f"{TG_BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
+staff = channel_app_helpers.staff  # the fixture
 
 
-@dataclass(frozen=True)
-class Channel:
-    model: type
-    #: the admin's URL name part (`admin:botadmin_<admin>_add`).
-    admin: str
-    #: the field naming the platform's app / bot, and a value of it.
-    id_field: str
-    id_value: object
-    token: str
-    #: a second secret and a value the platform accepts.
-    other_secret: str
-    other_value: str
-    #: the message "check connection" shows on success, and the method it calls.
-    connected: str
-    check_method: str
-    base_url_setting: str
-    start_stub: Callable[[], object]
-    #: the base URL of a loopback port nothing listens on.
-    unreachable_url: Callable[[int], str]
-
-    def create(self, make_bot):
-        return self.model.objects.create(
-            bot=make_bot(app_id=f"cli_{self.admin}"), **{self.id_field: self.id_value}
-        )
-
-
-SLACK = Channel(
-    model=SlackApp,
-    admin="slackapp",
-    id_field="app_id",
-    id_value="A0SLACK1",
-    token=SLACK_TOKEN,
-    other_secret="signing_secret",
-    other_value="8f742231b10e8888abcd99yyyzzz85a5",
-    connected="connected to workspace T0TEAM as U0BOT",
-    check_method="auth.test",
-    base_url_setting="CARDLOOP_SLACK_API_BASE_URL",
-    start_stub=lambda: SlackStub(tokens={SLACK_TOKEN: "T0TEAM"}).start(),
-    unreachable_url=lambda port: f"http://127.0.0.1:{port}/api/",
-)
-TELEGRAM = Channel(
-    model=TelegramBot,
-    admin="telegrambot",
-    id_field="bot_user_id",
-    id_value=TG_BOT_ID,
-    token=TG_TOKEN,
-    other_secret="webhook_secret",
-    other_value="s3cr-t_x",
-    connected="connected as @cardloop_stub_bot",
-    check_method="getMe",
-    base_url_setting="CARDLOOP_TELEGRAM_API_BASE_URL",
-    start_stub=lambda: TelegramStub(tokens={TG_TOKEN: "cardloop_stub_bot"}).start(),
-    unreachable_url=lambda port: f"http://127.0.0.1:{port}",
-)
+def check_connection(staff, channel: Channel, obj) -> str:
+    """Run the admin's "check connection" action on `obj`; the page it ends on."""
+    resp = staff.post(
+        reverse(f"admin:botadmin_{channel.admin}_changelist"),
+        {"action": "check_connection", "_selected_action": [obj.pk]},
+        follow=True,
+    )
+    return resp.content.decode()
 
 
 @pytest.fixture(params=[SLACK, TELEGRAM], ids=["slack", "telegram"])
@@ -90,16 +45,8 @@ def channel(request) -> Channel:
 
 @pytest.fixture
 def stub(channel):
-    stub = channel.start_stub()
-    with override_settings(**{channel.base_url_setting: stub.base_url}):
+    with running_stub(channel) as stub:
         yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def staff(admin_client):
-    admin_client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
-    return admin_client
 
 
 @pytest.fixture
@@ -192,22 +139,14 @@ def test_admin_refuses_a_new_token_and_clear_in_one_save_and_keeps_the_stored_on
 
 def test_admin_check_connection_action_reports_who_it_connected_as(channel, staff, stub, obj):
     services.set_secret(None, obj, "bot_token", channel.token)
-    resp = staff.post(
-        reverse(f"admin:botadmin_{channel.admin}_changelist"),
-        {"action": "check_connection", "_selected_action": [obj.pk]},
-        follow=True,
-    )
-    assert channel.connected in resp.content.decode()
+    page = check_connection(staff, channel, obj)
+    assert channel.connected in page
     assert [c[0] for c in stub.calls] == [channel.check_method]
 
 
 def test_admin_check_connection_without_token_says_dry_run(channel, staff, stub, obj):
-    resp = staff.post(
-        reverse(f"admin:botadmin_{channel.admin}_changelist"),
-        {"action": "check_connection", "_selected_action": [obj.pk]},
-        follow=True,
-    )
-    assert "dry run" in resp.content.decode()
+    page = check_connection(staff, channel, obj)
+    assert "dry run" in page
     assert stub.calls == []
 
 
@@ -219,12 +158,7 @@ def test_admin_check_connection_says_the_platform_was_unreachable_not_that_it_re
         port = closed.getsockname()[1]
     setattr(settings, channel.base_url_setting, channel.unreachable_url(port))
     services.set_secret(None, obj, "bot_token", channel.token)
-    resp = staff.post(
-        reverse(f"admin:botadmin_{channel.admin}_changelist"),
-        {"action": "check_connection", "_selected_action": [obj.pk]},
-        follow=True,
-    )
-    page = resp.content.decode()
+    page = check_connection(staff, channel, obj)
     assert "could not be reached" in page
     assert "refused the token" not in page
 
@@ -234,11 +168,6 @@ def test_admin_check_connection_reports_the_platforms_refusal_of_the_token(
 ):
     wrong = "xoxb-wrong" if channel is SLACK else f"{TG_BOT_ID}:wrong"
     services.set_secret(None, obj, "bot_token", wrong)
-    resp = staff.post(
-        reverse(f"admin:botadmin_{channel.admin}_changelist"),
-        {"action": "check_connection", "_selected_action": [obj.pk]},
-        follow=True,
-    )
+    page = check_connection(staff, channel, obj)
     error = "invalid_auth" if channel is SLACK else "Unauthorized"
-    page = resp.content.decode()
     assert f"refused the token ({error})" in page and wrong not in page

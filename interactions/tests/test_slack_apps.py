@@ -8,29 +8,23 @@ from __future__ import annotations
 import logging
 
 import pytest
-from django.test import override_settings
 from django.urls import reverse
 
 from botadmin import services
 from botadmin.models import SlackApp
 from interactions.channels.slack import webapi
-from tests.slack_stub import SlackStub
+from interactions.tests import channel_app_helpers
+from interactions.tests.channel_app_helpers import SLACK, running_stub
 
-TOKEN = "xoxb-stub-token-1"
+staff = channel_app_helpers.staff  # the fixture
+
+TOKEN = SLACK.token
 
 
 @pytest.fixture
 def slack_stub():
-    stub = SlackStub(tokens={TOKEN: "T0TEAM"}).start()
-    with override_settings(CARDLOOP_SLACK_API_BASE_URL=stub.base_url):
+    with running_stub(SLACK) as stub:
         yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def staff(admin_client):
-    admin_client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
-    return admin_client
 
 
 @pytest.fixture

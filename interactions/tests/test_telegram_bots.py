@@ -9,30 +9,24 @@ from __future__ import annotations
 import logging
 
 import pytest
-from django.test import override_settings
 from django.urls import reverse
 
 from botadmin import services
 from botadmin.models import AuditEntry, TelegramBot
 from interactions.channels.telegram import botapi
-from tests.telegram_stub import TelegramStub
+from interactions.tests import channel_app_helpers
+from interactions.tests.channel_app_helpers import TELEGRAM, TG_BOT_ID, running_stub
 
-BOT_ID = 123456789
-TOKEN = f"{BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
+staff = channel_app_helpers.staff  # the fixture
+
+BOT_ID = TG_BOT_ID
+TOKEN = TELEGRAM.token
 
 
 @pytest.fixture
 def stub():
-    stub = TelegramStub(tokens={TOKEN: "cardloop_stub_bot"}).start()
-    with override_settings(CARDLOOP_TELEGRAM_API_BASE_URL=stub.base_url):
+    with running_stub(TELEGRAM) as stub:
         yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def staff(admin_client):
-    admin_client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
-    return admin_client
 
 
 @pytest.fixture
