@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -45,6 +46,55 @@ from botadmin.models import (
 )
 from botadmin.policy import resolve
 from plumbing.admin import ReadOnlyAdmin, two_way_filter
+
+
+class WriteOnlySecretsAdmin:
+    """ModelAdmin mixin for a model with write-only secrets (`SECRET_FIELDS`, `has_secret`,
+    `secret`) edited with a `WriteOnlySecretsFormMixin` form (bots, Slack apps, Telegram bots).
+
+    - `save_model` saves the row, then each secret through `services.set_secret` /
+      `services.clear_secret` (0600 files, audited "set"/"not set" only), in one transaction;
+    - the `credentials` column says per secret only "set" / "not set";
+    - `report_connection` turns a connection check's result (`ok`, `dry_run`, `error`;
+      `error == "transport"`: the platform was not reached) into one admin message from
+      `connection_texts` (keys `dry_run`, `ok`, `unreachable`, `refused`; %-formatted with
+      the given values and `error`), so a "check connection" action is a loop of two calls.
+    """
+
+    connection_texts: dict[str, str] = {}
+
+    @admin.display(description=_("credentials"))
+    def credentials(self, obj):
+        return ", ".join(
+            f"{name}: " + (gettext("set") if obj.has_secret(name) else gettext("not set"))
+            for name in obj.SECRET_FIELDS
+        )
+
+    def save_secrets(self, request, obj, form) -> None:
+        """Store or clear each secret the form was given (blank and unticked: kept)."""
+        for name in obj.SECRET_FIELDS:
+            if form.cleaned_data.get(f"clear_{name}"):
+                services.clear_secret(request.user, obj, name)
+            elif form.cleaned_data.get(name):
+                services.set_secret(request.user, obj, name, form.cleaned_data[name])
+
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            self.save_secrets(request, obj, form)
+
+    def report_connection(self, request, result, values: dict) -> None:
+        """One message for `result` of a connection check (never the token)."""
+        values = {**values, "error": result.error}
+        if result.dry_run:
+            text, level = self.connection_texts["dry_run"], messages.WARNING
+        elif result.ok:
+            text, level = self.connection_texts["ok"], messages.SUCCESS
+        elif result.error == "transport":
+            text, level = self.connection_texts["unreachable"], messages.ERROR
+        else:
+            text, level = self.connection_texts["refused"], messages.ERROR
+        self.message_user(request, str(text) % values, level)
 
 
 class ServiceSavedInlinesMixin:
@@ -164,7 +214,7 @@ CredentialsFilter = two_way_filter(
 
 
 @admin.register(Bot)
-class BotAdmin(admin.ModelAdmin):
+class BotAdmin(WriteOnlySecretsAdmin, admin.ModelAdmin):
     form = BotForm
     list_display = [
         "name",
@@ -274,14 +324,9 @@ class BotAdmin(admin.ModelAdmin):
         )
 
     def save_model(self, request, obj, form, change):
-        actor = request.user
-        services.save_bot(actor, obj)
-        for name in Bot.SECRET_FIELDS:
-            if form.cleaned_data.get(f"clear_{name}"):
-                services.clear_bot_secret(actor, obj, name)
-            elif form.cleaned_data.get(name):
-                services.set_bot_secret(actor, obj, name, form.cleaned_data[name])
-        services.set_policy_layer(actor, obj, form.policy_layer)
+        services.save_bot(request.user, obj)
+        self.save_secrets(request, obj, form)
+        services.set_policy_layer(request.user, obj, form.policy_layer)
 
     def delete_model(self, request, obj):
         services.delete_bot(request.user, obj)

@@ -519,57 +519,73 @@ class ChatPolicyForm(PolicyLayerModelForm):
         fields = ["bot", "chat"]
 
 
-def _secret_input(label) -> forms.CharField:
-    return forms.CharField(
+def secret_fields(label, clear_label) -> tuple[forms.CharField, forms.BooleanField]:
+    """The two form fields of one write-only secret: its input (never rendered back:
+    `PasswordInput(render_value=False)`; blank = keep; surrounding whitespace stripped) and its
+    "clear" box. Declare them as `name, clear_name = secret_fields(...)` in a form using
+    `WriteOnlySecretsFormMixin`."""
+    value = forms.CharField(
         label=label,
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
     )
+    return value, forms.BooleanField(label=clear_label, required=False)
 
 
-class BotForm(PolicyLayerModelForm):
+def refuse_set_and_clear(form: forms.Form, cleaned: dict, names) -> None:
+    """Add a form error on `clear_<name>` for every write-only secret `name` of `names` that
+    was given a new value and ticked "clear" in the same save: either would silently undo the
+    other, so the person is asked to choose."""
+    for name in names:
+        if cleaned.get(name) and cleaned.get(f"clear_{name}"):
+            form.add_error(
+                f"clear_{name}", gettext("Either enter a new value or clear it, not both.")
+            )
+
+
+class WriteOnlySecretsFormMixin:
+    """ModelForm mixin for a model with write-only secrets (`SECRET_FIELDS`, `has_secret`):
+    the form declares `name, clear_name = secret_fields(...)` for each name of
+    `Meta.model.SECRET_FIELDS`; this mixin says in each input's help text only whether it is
+    set (`secret_help_text`; never the value) and refuses a value and "clear" for the same
+    secret in one save. The admin saves them with `botadmin.admin.WriteOnlySecretsAdmin`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in self._meta.model.SECRET_FIELDS:
+            is_set = bool(self.instance.pk) and self.instance.has_secret(name)
+            self.fields[name].help_text = self.secret_help_text(is_set)
+
+    def secret_help_text(self, is_set: bool) -> str:
+        """The help text of a secret's input: whether it is set (translated)."""
+        return gettext("Set. Leave blank to keep it.") if is_set else gettext("Not set.")
+
+    def clean(self):
+        cleaned = super().clean()
+        refuse_set_and_clear(self, cleaned, self._meta.model.SECRET_FIELDS)
+        return cleaned
+
+
+class BotForm(WriteOnlySecretsFormMixin, PolicyLayerModelForm):
     """Bot fields, the layer editor and the three write-only secrets (never rendered back:
     `PasswordInput(render_value=False)`, help text says only "set" / "not set")."""
 
-    app_secret = _secret_input(_("App secret"))
-    clear_app_secret = forms.BooleanField(label=_("Clear app secret"), required=False)
-    encrypt_key = _secret_input(_("Encrypt key"))
-    clear_encrypt_key = forms.BooleanField(label=_("Clear encrypt key"), required=False)
-    verification_token = _secret_input(_("Verification token"))
-    clear_verification_token = forms.BooleanField(
-        label=_("Clear verification token"), required=False
+    app_secret, clear_app_secret = secret_fields(_("App secret"), _("Clear app secret"))
+    encrypt_key, clear_encrypt_key = secret_fields(_("Encrypt key"), _("Clear encrypt key"))
+    verification_token, clear_verification_token = secret_fields(
+        _("Verification token"), _("Clear verification token")
     )
 
     class Meta:
         model = Bot
         fields = ["name", "app_id", "domain", "api_only", "card_language"]
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for name in Bot.SECRET_FIELDS:
-            is_set = bool(self.instance.pk) and self.instance.has_secret(name)
-            state = gettext("set") if is_set else gettext("not set")
-            self.fields[name].help_text = gettext(
-                "Currently: %(state)s. Write-only: the value is never shown. Leave empty to keep it."
-            ) % {"state": state}
-
-    def clean(self):
-        cleaned = super().clean()
-        refuse_set_and_clear(self, cleaned, Bot.SECRET_FIELDS)
-        return cleaned
-
-
-def refuse_set_and_clear(form: forms.Form, cleaned: dict, names) -> None:
-    """Add a form error on `clear_<name>` for every write-only secret `name` of `names` that
-    was given a new value and ticked "clear" in the same save: either would silently undo the
-    other, so the person is asked to choose. Shared by every admin form with write-only secrets
-    (bots' Feishu secrets, Slack apps)."""
-    for name in names:
-        if cleaned.get(name) and cleaned.get(f"clear_{name}"):
-            form.add_error(
-                f"clear_{name}", gettext("Either enter a new value or clear it, not both.")
-            )
+    def secret_help_text(self, is_set: bool) -> str:
+        state = gettext("set") if is_set else gettext("not set")
+        return gettext(
+            "Currently: %(state)s. Write-only: the value is never shown. Leave empty to keep it."
+        ) % {"state": state}
 
 
 SECRET_FORM_FIELDS: tuple[str, ...] = tuple(

@@ -128,6 +128,25 @@ class TeamChat(models.Model):
         return f"{self.team} ↔ {self.chat}"
 
 
+class WriteOnlySecrets:
+    """Model mixin for write-only secrets kept as `secret_ref`s to 0600 files
+    (`plumbing.secretstore`), never as plain columns: `SECRET_FIELDS` maps each secret's name
+    to the model field holding its ref. Written only by `botadmin.services.set_secret` /
+    `clear_secret`."""
+
+    #: secret name → the model field holding its ref.
+    SECRET_FIELDS: ClassVar[dict[str, str]] = {}
+
+    def secret(self, name: str) -> str:
+        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set.
+        Raises KeyError for another name."""
+        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
+
+    def has_secret(self, name: str) -> bool:
+        """Whether secret `name` is set (its ref is; the file is not read)."""
+        return bool(getattr(self, self.SECRET_FIELDS[name]))
+
+
 class BotQuerySet(models.QuerySet):
     def with_credentials(self) -> BotQuerySet:
         """Bots that can call the Feishu Open API (an app secret is set)."""
@@ -152,7 +171,7 @@ class BotQuerySet(models.QuerySet):
         return next(iter(self.raw(sql, [app_id])), None)
 
 
-class Bot(models.Model):
+class Bot(WriteOnlySecrets, models.Model):
     """One Feishu/Lark app. Credentials are `secret_ref`s to files, never plain columns."""
 
     class Domain(models.TextChoices):
@@ -243,16 +262,13 @@ class Bot(models.Model):
         read = self.__dict__.get("_secret_values")
         if read is not None:
             return read[name]
-        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
+        return super().secret(name)
 
     def read_secrets(self) -> None:
         """Read every secret of this bot now and answer `secret()` from those values (for the
         callback cache: no file read per callback)."""
         self.__dict__.pop("_secret_values", None)
         self.__dict__["_secret_values"] = {name: self.secret(name) for name in self.SECRET_FIELDS}
-
-    def has_secret(self, name: str) -> bool:
-        return bool(getattr(self, self.SECRET_FIELDS[name]))
 
     @property
     def has_credentials(self) -> bool:
@@ -272,7 +288,7 @@ post_save.connect(_forget_cached_bot, sender=Bot, dispatch_uid="botadmin.forget_
 post_delete.connect(_forget_cached_bot, sender=Bot, dispatch_uid="botadmin.forget_cached_bot")
 
 
-class SlackApp(models.Model):
+class SlackApp(WriteOnlySecrets, models.Model):
     """One Slack app serving a bot as its Slack channel: the app id (part of the request URLs
     `/slack/<app_id>/…`) and two write-only secrets kept as `secret_ref`s to 0600 files.
 
@@ -317,15 +333,8 @@ class SlackApp(models.Model):
     def __str__(self) -> str:
         return f"{self.app_id} → {self.bot.name}"
 
-    def secret(self, name: str) -> str:
-        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
-        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
 
-    def has_secret(self, name: str) -> bool:
-        return bool(getattr(self, self.SECRET_FIELDS[name]))
-
-
-class TelegramBot(models.Model):
+class TelegramBot(WriteOnlySecrets, models.Model):
     """One Telegram bot serving a Cardloop bot as its Telegram channel: the bot's numeric id
     (the part of its token before ":", what `getMe` answers as `id`; part of the webhook URL
     `/telegram/<bot_user_id>/webhook`) and two write-only secrets kept as `secret_ref`s to
@@ -373,13 +382,6 @@ class TelegramBot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username or self.bot_user_id} → {self.bot.name}"
-
-    def secret(self, name: str) -> str:
-        """The plain value of secret `name` (a key of SECRET_FIELDS), or "" when not set."""
-        return read_secret(getattr(self, self.SECRET_FIELDS[name])) or ""
-
-    def has_secret(self, name: str) -> bool:
-        return bool(getattr(self, self.SECRET_FIELDS[name]))
 
 
 class ChatPolicy(models.Model):

@@ -192,7 +192,7 @@ def save_team(actor: Any, team: Team) -> Team:
 @transaction.atomic
 def save_bot(actor: Any, bot: Bot) -> Bot:
     """Create or update a bot's app_id, name, domain, `card_language` and `api_only` flag (audited; `api_only`
-    turns feedback off). Secrets: `set_bot_secret`; layer: `set_policy_layer`."""
+    turns feedback off). Secrets: `set_secret`; layer: `set_policy_layer`."""
     return _save_plain(actor, bot, _BOT_FIELDS, "bot")
 
 
@@ -353,30 +353,74 @@ def _drop_secret(actor: Any, obj: models.Model, field_name: str, name: str):
     return obj
 
 
-def _stripped_secret(value: Any, clear_function: str) -> str:
+def _stripped_secret(value: Any) -> str:
     value = value.strip() if isinstance(value, str) else ""
     if not value:
-        raise ValueError(f"a secret cannot be empty; use {clear_function} to remove it")
+        raise ValueError("a secret cannot be empty; use clear_secret to remove it")
     return value
 
 
+#: What `setWebhook` accepts as `secret_token` (https://core.telegram.org/bots/api#setwebhook).
+TELEGRAM_WEBHOOK_SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}\Z")
+
+
+def _check_telegram_secret(tg: TelegramBot, name: str, value: str) -> None:
+    if name == "webhook_secret" and not TELEGRAM_WEBHOOK_SECRET_RE.match(value):
+        raise ValueError("a webhook secret is 1-256 characters of A-Z a-z 0-9 _ -")
+    if name == "bot_token" and value.split(":", 1)[0] != str(tg.bot_user_id):
+        raise ValueError("the bot token does not belong to this Telegram bot id")
+
+
+#: Every model with write-only secrets → (the label its errors name, its extra value check).
+_SECRET_OWNERS: dict[type[models.Model], tuple[str, Callable[[Any, str, str], None] | None]] = {
+    Bot: ("bot", None),
+    SlackApp: ("Slack", None),
+    TelegramBot: ("Telegram", _check_telegram_secret),
+}
+
+
+def _secret_owner(obj: models.Model, name: str) -> tuple[str, Callable | None]:
+    """(model field holding secret `name` of `obj`, its value check); raises ValueError for a
+    model without write-only secrets or an unknown name."""
+    try:
+        label, check = _SECRET_OWNERS[type(obj)]
+    except KeyError:
+        raise ValueError(f"{type(obj).__name__} has no write-only secrets") from None
+    return _secret_field(type(obj), name, label), check
+
+
 @transaction.atomic
-def set_bot_secret(actor: Any, bot: Bot, name: str, value: str) -> Bot:
-    """Store bot secret `name` (`app_secret`, `encrypt_key` or `verification_token`).
+def set_secret(actor: Any, obj: Bot | SlackApp | TelegramBot, name: str, value: str):
+    """Store write-only secret `name` (a key of `type(obj).SECRET_FIELDS`: a bot's
+    `app_secret` / `encrypt_key` / `verification_token`, a Slack app's `bot_token` /
+    `signing_secret`, a Telegram bot's `bot_token` / `webhook_secret`). Returns `obj`.
 
     The value (surrounding whitespace stripped) goes to a new 0600 file through
-    `secretstore.write_secret`; the bot keeps only its ref; the previous file is removed on
+    `secretstore.write_secret`; `obj` keeps only its ref; the previous file is removed on
     commit. Audit `secret.set` with `{name: "set"|"not set"}` → `{name: "set"}`. Raises
-    ValueError for an unknown name or an empty value.
+    ValueError for an unknown name or an empty value, and for a Telegram bot a webhook secret
+    outside 1-256 characters of A-Z a-z 0-9 _ - (what Telegram accepts,
+    https://core.telegram.org/bots/api#setwebhook) or a bot token whose id (before ":") is not
+    the bot's `bot_user_id`.
     """
-    field_name = _secret_field(Bot, name, "bot")
-    return _store_secret(actor, bot, field_name, name, _stripped_secret(value, "clear_bot_secret"))
+    field_name, check = _secret_owner(obj, name)
+    value = _stripped_secret(value)
+    if check is not None:
+        check(obj, name, value)
+    return _store_secret(actor, obj, field_name, name, value)
 
 
 @transaction.atomic
-def clear_bot_secret(actor: Any, bot: Bot, name: str) -> Bot:
-    """Remove bot secret `name` (no-op when not set). Audit `secret.cleared`: set → not set."""
-    return _drop_secret(actor, bot, _secret_field(Bot, name, "bot"), name)
+def clear_secret(actor: Any, obj: Bot | SlackApp | TelegramBot, name: str):
+    """Remove write-only secret `name` of `obj` (no-op when not set); returns `obj`. Audit
+    `secret.cleared`: set → not set. Raises ValueError for an unknown name."""
+    field_name, _check = _secret_owner(obj, name)
+    return _drop_secret(actor, obj, field_name, name)
+
+
+#: The per-model names of `set_secret` / `clear_secret`, kept for their callers.
+set_bot_secret = set_slack_secret = set_telegram_secret = set_secret
+clear_bot_secret = clear_slack_secret = clear_telegram_secret = clear_secret
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,6 +659,7 @@ __all__ = [
     "add_team_member",
     "bind_team_chat",
     "clear_bot_secret",
+    "clear_secret",
     "delete_bot",
     "delete_chat",
     "delete_chat_policy",
@@ -636,6 +681,7 @@ __all__ = [
     "save_slack_app",
     "save_team",
     "set_bot_secret",
+    "set_secret",
     "set_telegram_secret",
     "clear_telegram_secret",
     "ensure_telegram_webhook_secret",
@@ -652,67 +698,19 @@ _SLACK_APP_FIELDS = ("bot_id", "app_id")
 @transaction.atomic
 def save_slack_app(actor: Any, app: SlackApp) -> SlackApp:
     """Create or update a Slack app's bot and app id (audited `slack_app.created` /
-    `slack_app.changed`). Secrets: `set_slack_secret`."""
+    `slack_app.changed`). Secrets: `set_secret`."""
     return _save_plain(actor, app, _SLACK_APP_FIELDS, "slack_app")
-
-
-@transaction.atomic
-def set_slack_secret(actor: Any, app: SlackApp, name: str, value: str) -> SlackApp:
-    """Store Slack app secret `name` (`bot_token` or `signing_secret`) in a new 0600 file.
-
-    Same rules as `set_bot_secret`: surrounding whitespace stripped, only the ref kept, the old
-    file removed on commit, audit `secret.set` with "set"/"not set" only. Raises ValueError for
-    an unknown name or an empty value.
-    """
-    field_name = _secret_field(SlackApp, name, "Slack")
-    return _store_secret(
-        actor, app, field_name, name, _stripped_secret(value, "clear_slack_secret")
-    )
-
-
-@transaction.atomic
-def clear_slack_secret(actor: Any, app: SlackApp, name: str) -> SlackApp:
-    """Remove Slack app secret `name` (no-op when not set). Audit `secret.cleared`."""
-    return _drop_secret(actor, app, _secret_field(SlackApp, name, "Slack"), name)
-
-
-#: What `setWebhook` accepts as `secret_token` (https://core.telegram.org/bots/api#setwebhook).
-TELEGRAM_WEBHOOK_SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}\Z")
-
-
-@transaction.atomic
-def set_telegram_secret(actor: Any, tg: TelegramBot, name: str, value: str) -> TelegramBot:
-    """Store Telegram bot secret `name` (`bot_token` or `webhook_secret`) in a new 0600 file.
-
-    Same rules as `set_bot_secret` (stripped, only the ref kept, old file removed on commit,
-    audit `secret.set` with "set"/"not set" only). Raises ValueError for an unknown name, an
-    empty value, a webhook secret outside 1-256 characters of A-Z a-z 0-9 _ - (what Telegram
-    accepts), or a bot token whose id (before ":") is not the bot's `bot_user_id`.
-    """
-    field_name = _secret_field(TelegramBot, name, "Telegram")
-    value = _stripped_secret(value, "clear_telegram_secret")
-    if name == "webhook_secret" and not TELEGRAM_WEBHOOK_SECRET_RE.match(value):
-        raise ValueError("a webhook secret is 1-256 characters of A-Z a-z 0-9 _ -")
-    if name == "bot_token" and value.split(":", 1)[0] != str(tg.bot_user_id):
-        raise ValueError("the bot token does not belong to this Telegram bot id")
-    return _store_secret(actor, tg, field_name, name, value)
-
-
-@transaction.atomic
-def clear_telegram_secret(actor: Any, tg: TelegramBot, name: str) -> TelegramBot:
-    """Remove Telegram bot secret `name` (no-op when not set). Audit `secret.cleared`."""
-    return _drop_secret(actor, tg, _secret_field(TelegramBot, name, "Telegram"), name)
 
 
 @transaction.atomic
 def ensure_telegram_webhook_secret(actor: Any, tg: TelegramBot) -> str:
     """The webhook secret of `tg`, generated (32 URL-safe characters) and stored through
-    `set_telegram_secret` when none is set yet. Returns the plain value (for `setWebhook`)."""
+    `set_secret` when none is set yet. Returns the plain value (for `setWebhook`)."""
     locked = TelegramBot.objects.select_for_update().get(pk=tg.pk)
     current = locked.secret("webhook_secret")
     if current:
         return current
     value = secrets.token_urlsafe(24)
-    set_telegram_secret(actor, locked, "webhook_secret", value)
+    set_secret(actor, locked, "webhook_secret", value)
     tg.webhook_secret_ref = locked.webhook_secret_ref
     return value

@@ -29,9 +29,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
+
+from tests.loopback import JsonHandler, LoopbackStub
 
 CODE_TTL = 300
 
@@ -56,7 +57,7 @@ class Call:
     body: Any
 
 
-class FeishuOAuthStub:
+class FeishuOAuthStub(LoopbackStub):
     """The stand-in server. Thread-safe; `start()`, `stop()`."""
 
     def __init__(self, account: Account, *, app_secrets: dict[str, str] | None = None):
@@ -68,30 +69,13 @@ class FeishuOAuthStub:
         self.tokens: dict[str, Account] = {}
         self.last_code = ""
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> FeishuOAuthStub:
-        stub = self
-
-        class Handler(_Handler):
-            pass
-
-        Handler.stub = stub
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        return self.serve(type("Handler", (_Handler,), {"stub": self}))
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "stand-in not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     def issue_code(self, app_id: str, account: Account | None = None) -> str:
         """A fresh authorization code for `account` (default: `self.account`) of `app_id`, as
@@ -111,12 +95,9 @@ def _ok(extra: dict) -> tuple[int, dict]:
     return 200, {"code": 0, "msg": "success", **extra}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     stub: FeishuOAuthStub
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, format, *args):  # noqa: A002 - quiet
-        return
 
     def do_GET(self):
         self._serve("GET")

@@ -34,11 +34,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from interactions.lark.cardjson import replace_elements
+from tests.loopback import JsonHandler, LoopbackStub
 
 
 @dataclass
@@ -78,7 +78,7 @@ class _Failure:
     headers: dict[str, str]
 
 
-class FeishuStub:
+class FeishuStub(LoopbackStub):
     """The stub server. Thread-safe; start with `start()`, stop with `stop()`."""
 
     def __init__(self, *, app_secrets: dict[str, str] | None = None, first_id: int = 1):
@@ -96,34 +96,15 @@ class FeishuStub:
         self._delays: dict[str, float] = {}
         self._ids = itertools.count(first_id)
         self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> FeishuStub:
-        stub = self
-
-        class Handler(_Handler):
-            pass
-
-        Handler.stub = stub
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        return self.serve(type("Handler", (_Handler,), {"stub": self}))
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "stub not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     # -- test API ----------------------------------------------------------------------------
 
@@ -199,12 +180,9 @@ def _err(code: int, msg: str, http_status: int = 400) -> tuple[int, dict]:
     return http_status, {"code": code, "msg": msg}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     stub: FeishuStub
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, format, *args):  # noqa: A002 - quiet
-        return
 
     def do_GET(self):
         self._serve("GET")

@@ -27,13 +27,14 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
+
+from tests.loopback import JsonHandler, LoopbackStub
 
 MAX_BLOCKS = 50
 
 
-class SlackStub:
+class SlackStub(LoopbackStub):
     def __init__(self, tokens: dict[str, str] | None = None):
         #: token → team_id it belongs to.
         self.tokens: dict[str, str] = dict(tokens or {})
@@ -43,28 +44,22 @@ class SlackStub:
         self._retry_after: int | None = None
         self._lock = threading.Lock()
         self._ts = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
 
     def rate_limit(self, seconds: int) -> None:
         """Answer the next `chat.update` with HTTP 429 and `Retry-After: seconds`."""
         self._retry_after = seconds
 
     def response_url(self, key: str) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/response/{key}"
+        return f"{self.origin}/response/{key}"
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/api/"
+        return f"{self.origin}/api/"
 
     def start(self) -> SlackStub:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode()
@@ -86,26 +81,13 @@ class SlackStub:
                 with stub._lock:
                     stub.calls.append((method, token, params))
                     body = stub.answer(method, token, params)
-                status = 200
                 if body.pop("_status", None) == 429:
-                    status = 429
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                if status == 429:
-                    self.send_header("Retry-After", str(body.get("retry_after", 1)))
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    retry_after = str(body.get("retry_after", 1))
+                    self.send_json(429, body, {"Retry-After": retry_after})
+                else:
+                    self.send_json(200, body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
+        return self.serve(Handler)
 
     def answer(self, method: str, token: str, params: dict) -> dict:
         if token not in self.tokens:

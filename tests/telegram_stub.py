@@ -29,7 +29,8 @@ import itertools
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.loopback import JsonHandler, LoopbackStub
 
 MAX_TEXT = 4096
 MAX_CALLBACK_DATA_BYTES = 64
@@ -38,7 +39,7 @@ MAX_TOAST = 200
 SECRET_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}\Z")
 
 
-class TelegramStub:
+class TelegramStub(LoopbackStub):
     def __init__(self, tokens: dict[str, str] | None = None):
         #: token → the bot's username.
         self.tokens: dict[str, str] = dict(tokens or {})
@@ -49,12 +50,10 @@ class TelegramStub:
         self._rate_limits: dict[str, list[int]] = {}
         self._ids = itertools.count(1001)
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.origin
 
     def rate_limit(self, method: str, retry_after: int, times: int = 1) -> None:
         self._rate_limits[method] = [retry_after, times]
@@ -65,10 +64,7 @@ class TelegramStub:
     def start(self) -> TelegramStub:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode()
@@ -78,21 +74,9 @@ class TelegramStub:
                 with stub._lock:
                     stub.calls.append((method, token, params))
                     status, body = stub.answer(method, token, params)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(status, body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
+        return self.serve(Handler)
 
     # -- answers --------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from interactions.callbacks import registry
@@ -437,6 +438,28 @@ def test_updates_enqueued_by_a_handler_are_held_until_the_answer_was_sent(
     assert cardworker.run_due() == 1
     (call,) = _element_calls(lark_stub, entity.card_id)
     assert call.body["sequence"] == 1
+
+
+def test_a_click_that_enqueued_no_update_makes_no_release_statement_after_its_answer(
+    lark_callback, lark_bot, register_card_handler
+):
+    register_card_handler("feedback", lambda action: registry.Answer.success("Recorded"))
+    with CaptureQueriesContext(connection) as queries:
+        response = lark_callback(feishu.payload("card_action_feedback_click"))
+    assert json.loads(response.content)["toast"]["type"] == "success"
+    assert [q["sql"] for q in queries.captured_queries if "hold_token" in q["sql"]] == []
+
+
+def test_releasing_a_hold_nothing_was_enqueued_under_touches_no_database(entity):
+    hold = cards.Hold()
+    with cards.holding(hold):
+        pass
+    with CaptureQueriesContext(connection) as queries:
+        assert cards.release_holds(hold) == 0
+    assert queries.captured_queries == []
+    with cards.holding(hold):  # released all the same: later enqueues are not held
+        row = cards.enqueue_elements(entity, {"fb_prompt": md("y")})
+    assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
 
 
 def test_held_update_becomes_due_after_the_fallback_even_without_a_release(entity):

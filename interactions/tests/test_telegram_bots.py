@@ -1,55 +1,37 @@
-"""Telegram bots per Cardloop bot: write-only 0600 secrets (audited as set/not set), the admin
-form, the "check connection" (`getMe`) and "set webhook" (`setWebhook` with `secret_token`)
-actions, and the Bot API adapter (Cardloop's httpx client against the loopback stub): dry
-run without a token, 429 `retry_after` surfaced as a retryable error."""
+"""Telegram bots per Cardloop bot: the secrets only Telegram checks, the "set webhook"
+(`setWebhook` with `secret_token`) action, the zh-hans admin, and the Bot API adapter
+(Cardloop's httpx client against the loopback stub): dry run without a token, 429
+`retry_after` surfaced as a retryable error. Secrets and the "check connection" action, shared
+with Slack apps: `test_channel_app_admins.py`."""
 
 from __future__ import annotations
 
 import logging
-import os
-import stat
 
 import pytest
-from django.test import override_settings
 from django.urls import reverse
 
 from botadmin import services
 from botadmin.models import AuditEntry, TelegramBot
 from interactions.channels.telegram import botapi
-from plumbing.secretstore import _path
-from tests.telegram_stub import TelegramStub
+from interactions.tests import channel_app_helpers
+from interactions.tests.channel_app_helpers import TELEGRAM, TG_BOT_ID, running_stub
 
-BOT_ID = 123456789
-TOKEN = f"{BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
+staff = channel_app_helpers.staff  # the fixture
+
+BOT_ID = TG_BOT_ID
+TOKEN = TELEGRAM.token
 
 
 @pytest.fixture
 def stub():
-    stub = TelegramStub(tokens={TOKEN: "cardloop_stub_bot"}).start()
-    with override_settings(CARDLOOP_TELEGRAM_API_BASE_URL=stub.base_url):
+    with running_stub(TELEGRAM) as stub:
         yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def staff(admin_client):
-    admin_client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
-    return admin_client
 
 
 @pytest.fixture
 def tg(make_bot):
     return TelegramBot.objects.create(bot=make_bot(app_id="cli_tg_bot"), bot_user_id=BOT_ID)
-
-
-def test_secrets_are_0600_files_and_the_audit_records_only_set_or_not_set(tg):
-    services.set_telegram_secret(None, tg, "bot_token", f"  {TOKEN}  ")
-    tg.refresh_from_db()
-    assert tg.secret("bot_token") == TOKEN
-    assert stat.S_IMODE(os.stat(_path(tg.bot_token_ref)).st_mode) == 0o600
-    entry = AuditEntry.objects.get(action="secret.set", target_id=str(tg.pk))
-    assert entry.before == {"bot_token": "not set"} and entry.after == {"bot_token": "set"}
-    assert "AAStub" not in str(entry.before) + str(entry.after)
 
 
 def test_a_token_of_another_bot_or_a_webhook_secret_telegram_refuses_is_not_stored(tg):
@@ -61,16 +43,6 @@ def test_a_token_of_another_bot_or_a_webhook_secret_telegram_refuses_is_not_stor
         services.set_telegram_secret(None, tg, "app_secret", "x")
     tg.refresh_from_db()
     assert not tg.has_secret("bot_token") and not tg.has_secret("webhook_secret")
-
-
-def test_clearing_a_secret_removes_its_file(tg, django_capture_on_commit_callbacks):
-    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
-    tg.refresh_from_db()
-    ref = tg.bot_token_ref
-    with django_capture_on_commit_callbacks(execute=True):
-        services.clear_telegram_secret(None, tg, "bot_token")
-    tg.refresh_from_db()
-    assert tg.bot_token_ref == "" and not _path(ref).exists()
 
 
 def test_check_connection_calls_getme_with_the_stored_token(stub, tg):
@@ -115,20 +87,6 @@ def test_a_refused_message_is_a_permanent_error_and_a_transport_failure_a_retrya
     assert err.value.error_code == -1 and err.value.retryable and TOKEN not in str(err.value)
 
 
-def test_admin_form_stores_secrets_write_only_and_never_renders_them(staff, make_bot):
-    bot = make_bot(app_id="cli_tg_form")
-    resp = staff.post(
-        reverse("admin:botadmin_telegrambot_add"),
-        {"bot": bot.pk, "bot_user_id": BOT_ID, "bot_token": TOKEN, "webhook_secret": "s3cr-t_x"},
-    )
-    assert resp.status_code == 302, resp.content[:2000]
-    tg = TelegramBot.objects.get(bot_user_id=BOT_ID)
-    assert tg.secret("bot_token") == TOKEN and tg.secret("webhook_secret") == "s3cr-t_x"
-    page = staff.get(reverse("admin:botadmin_telegrambot_change", args=[tg.pk])).content.decode()
-    assert TOKEN not in page and "s3cr-t_x" not in page
-    assert "Set. Leave blank to keep it." in page
-
-
 def test_admin_form_names_the_field_of_a_token_of_another_bot(staff, make_bot):
     bot = make_bot(app_id="cli_tg_other")
     resp = staff.post(
@@ -138,17 +96,6 @@ def test_admin_form_names_the_field_of_a_token_of_another_bot(staff, make_bot):
     assert resp.status_code == 200
     assert "bot_token" in resp.context["adminform"].form.errors
     assert not TelegramBot.objects.exists()
-
-
-def test_admin_check_connection_action_reports_the_username(staff, stub, tg):
-    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
-    resp = staff.post(
-        reverse("admin:botadmin_telegrambot_changelist"),
-        {"action": "check_connection", "_selected_action": [tg.pk]},
-        follow=True,
-    )
-    assert "connected as @cardloop_stub_bot" in resp.content.decode()
-    assert stub.methods() == ["getMe"]
 
 
 def test_admin_set_webhook_generates_a_secret_and_passes_it_as_secret_token(

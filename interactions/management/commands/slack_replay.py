@@ -21,17 +21,20 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from slack_sdk.signature import SignatureVerifier
 
 from botadmin.models import SlackApp
 from interactions.channels.slack import blocks
-from interactions.management.commands.lark_replay import parse_assignment, set_path
+from interactions.management.replay import (
+    ReplayCommand,
+    apply_assignments,
+    load_fixture,
+    set_path,
+)
 from interactions.models import Interaction
 
 INTERACTIVE = ("block_actions", "view_submission")
@@ -70,21 +73,14 @@ def fresh(payload: dict[str, Any], app_id: str) -> None:
         payload["event_time"] = int(now)
 
 
-class Command(BaseCommand):
+class Command(ReplayCommand):
     help = "Sign and post a Slack payload (fixture) to a running Cardloop."
-    requires_system_checks: list[str] = []
 
-    def add_arguments(self, parser):
-        parser.add_argument("fixture", help="JSON file with the payload.")
+    def add_target_arguments(self, parser):
         parser.add_argument("--app", required=True, help="Slack app id (A…) to post as.")
         parser.add_argument("--interaction", default="", help="Fill in a button of ia_….")
         parser.add_argument("--action", default="", help="The button's action id (approve, …).")
         parser.add_argument("--user", default="", help="The clicker's Slack user id (U…).")
-        parser.add_argument("--url", default="http://127.0.0.1:8000", help="Cardloop base URL.")
-        parser.add_argument(
-            "--set", action="append", default=[], metavar="PATH=VALUE", help="Override a field."
-        )
-        parser.add_argument("--timeout", type=float, default=10.0, help="Seconds to wait.")
 
     def handle(self, *args, fixture, app, interaction, action, user, url, set, timeout, **o):  # noqa: A002
         slack_app = SlackApp.objects.select_related("bot").filter(app_id=app).first()
@@ -93,12 +89,7 @@ class Command(BaseCommand):
         secret = slack_app.secret("signing_secret")
         if not secret:
             raise CommandError(f"Slack app {app!r} has no signing secret.")
-        try:
-            payload = json.loads(Path(fixture).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise CommandError(f"Cannot read {fixture}: {exc}") from None
-        if not isinstance(payload, dict):
-            raise CommandError(f"{fixture} does not hold a JSON object.")
+        payload = load_fixture(fixture)
         try:
             fresh(payload, app)
             if interaction:
@@ -115,8 +106,7 @@ class Command(BaseCommand):
                     set_path(payload, "event.user", user)
                 else:
                     set_path(payload, "user.id", user)
-            for item in set:
-                set_path(payload, *parse_assignment(item))
+            apply_assignments(payload, set)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         kind = str(payload.get("type") or "?")
@@ -138,17 +128,4 @@ class Command(BaseCommand):
             ),
         }
         self.stdout.write(f"POST {target} ({kind})")
-        started = time.perf_counter()
-        try:
-            response = httpx.post(target, content=body, headers=headers, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise CommandError(f"Request failed: {type(exc).__name__}: {exc}") from None
-        elapsed = (time.perf_counter() - started) * 1000
-        self.stdout.write(f"{response.status_code} in {elapsed:.1f} ms")
-        try:
-            shown = json.dumps(response.json(), ensure_ascii=False, indent=2)
-        except ValueError:
-            shown = response.text
-        self.stdout.write(shown)
-        if not 200 <= response.status_code < 300:
-            raise CommandError(f"Cardloop answered {response.status_code}.", returncode=1)
+        self.post(target, timeout, content=body, headers=headers)
