@@ -39,6 +39,10 @@ class FeedbackConfig(AppConfig):
         from interactions.cardqueue import service as card_queue
 
         card_queue.register_renderer(slack_delivery.RENDERER, slack_delivery.render_update)
+        # Final answers on channels other than Feishu go through their answer channel.
+        from feedback import answer_channels
+
+        answer_channels.register(slack_delivery.SlackAnswers())
 
         registry.register("feedback", revisions.on_feedback)
         registry.register("feedback_detail", revisions.on_feedback_detail)

@@ -413,17 +413,19 @@ class DeliveryCreateView(APIView):
         except deliveries.InvalidDelivery as exc:
             raise ApiError("invalid", exc.errors, 400) from None
         except deliveries.SendFailed as exc:
-            if exc.delivery.channel == Delivery.Channel.SLACK:
+            channel = exc.delivery.channel
+            if channel != Delivery.Channel.FEISHU:
                 raise ApiError(
                     "send_failed",
                     {
                         "message": str(
                             _(
-                                "Slack did not accept the message; the delivery is kept as "
-                                "send_failed and a retry sends it again."
+                                "%(channel)s did not accept the message; the delivery is kept "
+                                "as send_failed and a retry sends it again."
                             )
-                        ),
-                        "slack_error": exc.msg,
+                        )
+                        % {"channel": Delivery.Channel(channel).label},
+                        f"{channel}_error": exc.msg,
                         "delivery": delivery_json(exc.delivery, True),
                     },
                     502,

@@ -52,8 +52,8 @@ from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from feedback import answer_channels
 from feedback import cards as feedback_cards
-from feedback import slack_delivery
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
 from interactions.callbacks import registry
@@ -226,10 +226,12 @@ def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
     and leaves the card as it is: the fact is recorded and the answer stays a toast (a click
-    is never lost to a card Feishu would refuse). A Slack answer's area is repainted by
-    re-reading its message when the update is applied (`slack_delivery.queue_repaint`)."""
-    if delivery.channel == Delivery.Channel.SLACK:
-        slack_delivery.queue_repaint(delivery)
+    is never lost to a card Feishu would refuse). An answer on another channel is repainted
+    by its answer channel (`feedback.answer_channels`: Slack re-reads its message when the
+    update is applied)."""
+    plugin = answer_channels.get(delivery.channel)
+    if plugin is not None:
+        plugin.queue_repaint(delivery)
         return
     if not delivery.card_id:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
