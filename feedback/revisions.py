@@ -541,6 +541,38 @@ def record_details(
         return Outcome(RECORDED, _recorded_message(click.snapshot, revision), revision)
 
 
+def detail_refusal(
+    bot,
+    *,
+    delivery_id: str,
+    operator_open_id: str,
+    rev: str,
+    open_message_id: str = "",
+    open_chat_id: str = "",
+) -> Outcome | None:
+    """Why `operator_open_id` may not add details to their verdict on `delivery_id` now, as
+    the `Outcome` `record_details` would answer (unknown delivery, outside the audience, a
+    stale `rev` — repainted —, no negative verdict), or None when they may. Writes nothing but
+    a repaint; for channels that ask for the details before submitting them (Telegram's
+    comment prompt). Arguments as for `record_details`."""
+    with transaction.atomic():
+        click = _guard(
+            bot,
+            "feedback_detail",
+            delivery_id=delivery_id,
+            operator_open_id=operator_open_id,
+            rev=rev,
+            open_message_id=open_message_id,
+            open_chat_id=open_chat_id,
+            content=lambda snapshot: {"reason": "", "comment": ""},
+        )
+        if isinstance(click, Outcome):
+            return click
+        if click.previous is None or click.previous.semantic != "negative":
+            return Outcome(NOT_NEGATIVE, _("Choose a negative verdict before adding details."))
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Card-action handlers (registered in FeedbackConfig.ready())
 # ---------------------------------------------------------------------------------------------

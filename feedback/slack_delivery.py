@@ -74,6 +74,8 @@ def request_problems(bot, request) -> dict[str, list[str]]:
     if request.registers:
         field = "platform_message_id" if request.platform_message_id else "card_id"
         problems[field] = [_("Registering a message you sent is not available on Slack.")]
+    if len(request.text) > TEXT_MAX:
+        problems["text"] = [_("Slack takes at most 4000 characters here.")]
     if request.blocks is None:
         problems["blocks"] = [_("This field is required.")]
     else:
