@@ -340,3 +340,15 @@ def test_twenty_concurrent_identical_taps_write_one_revision(api, answer):
     assert Revision.objects.count() == 1
     assert Event.objects.filter(type="feedback.revised").count() == 1
     assert LatestFeedback.objects.count() == 1
+
+
+def test_the_replay_command_taps_what_the_keyboard_shows_now(api, answer):
+    from feedback.management.commands.telegram_feedback_replay import tap_data
+
+    answer = Delivery.objects.select_related("current_revision").get(pk=answer.pk)
+    assert tap_data(answer, "incorrect", "", False) == _data(api.stub, answer, "结论有误")
+    assert post(_tap(api.stub, answer, "结论有误")) == 200
+    assert drain() == 1
+    answer = Delivery.objects.select_related("current_revision").get(pk=answer.pk)
+    assert tap_data(answer, "", "incomplete", False) == _data(api.stub, answer, "不完整")
+    assert tap_data(answer, "", "", True) == _data(api.stub, answer, "补充说明")
