@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from feedback.models import Delivery
+
 
 class MessageRefused(ValueError):
     """The backend's message (or it with the feedback area) breaks a rule of the channel;
@@ -67,6 +69,20 @@ class AnswerChannel:
 
     def queue_repaint(self, delivery) -> None:
         raise NotImplementedError
+
+
+def shown_delivery(card, kind: str) -> Delivery | None:
+    """The delivery of channel `kind` that message `card` (a `CardEntity` recorded at send,
+    `send_uuid` = the delivery id) shows, with its current revision, if feedback was shown on
+    it; else None (what a card-queue renderer of the area starts from)."""
+    delivery = (
+        Delivery.objects.filter(bot_id=card.bot_id, delivery_id=card.send_uuid, channel=kind)
+        .select_related("current_revision")
+        .first()
+    )
+    if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
+        return None
+    return delivery
 
 
 _registry: dict[str, AnswerChannel] = {}

@@ -162,14 +162,8 @@ def render_update(card: CardEntity) -> dict[str, Any] | None:
     state; None when there is nothing to update (no such delivery, no feedback, the message
     was deleted). The card worker calls it when it applies the update. Raises
     `webapi.SlackCallError` when Slack cannot be read (the worker retries)."""
-    delivery = (
-        Delivery.objects.filter(
-            bot_id=card.bot_id, delivery_id=card.send_uuid, channel=Delivery.Channel.SLACK
-        )
-        .select_related("current_revision")
-        .first()
-    )
-    if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
+    delivery = answer_channels.shown_delivery(card, Delivery.Channel.SLACK)
+    if delivery is None:
         return None
     area = slack_cards.feedback_area(
         delivery.policy_snapshot,

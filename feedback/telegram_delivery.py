@@ -145,14 +145,8 @@ def render_update(card: CardEntity) -> dict[str, Any] | None:
     """`{"reply_markup"}` of the Telegram answer shown by `card` for its delivery's current
     revision (no `text`: the channel edits the keyboard only); None when there is nothing to
     update. The card worker calls it when it applies the update."""
-    delivery = (
-        Delivery.objects.filter(
-            bot_id=card.bot_id, delivery_id=card.send_uuid, channel=Delivery.Channel.TELEGRAM
-        )
-        .select_related("current_revision")
-        .first()
-    )
-    if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
+    delivery = answer_channels.shown_delivery(card, Delivery.Channel.TELEGRAM)
+    if delivery is None:
         return None
     choice = feedback_cards.Choice.of(delivery.current_revision)
     return {

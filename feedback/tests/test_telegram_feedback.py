@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connections
-from django.test import Client, override_settings
+from django.test import Client
 
 from botadmin import services
 from botadmin.models import TelegramBot
@@ -34,29 +34,23 @@ from feedback.models import (
 from feedback.tests.conftest import FULL_POLICY
 from interactions.models import CardEntity, CardUpdate, InboundEvent
 from interactions.tests.test_slack_ingress import drain
+from interactions.tests.test_telegram_webhook import (  # the same Telegram bot and stub
+    BOT_ID,
+    SECRET,
+    TOKEN,
+    URL,
+    stub,  # noqa: F401 - fixture
+)
 from tests import telegram_updates as tu
-from tests.telegram_stub import TelegramStub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BOT_ID = 123456789
-TOKEN = f"{BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
-SECRET = "wh-secret_0123456789"
-URL = f"/telegram/{BOT_ID}/webhook"
 CHAT = str(tu.GROUP_CHAT_ID)
 SENTINEL = "SENTINEL-telegram-answer-5c7e"
 
 
 @pytest.fixture
-def stub():
-    stub = TelegramStub(tokens={TOKEN: "cl_bot"}).start()
-    with override_settings(CARDLOOP_TELEGRAM_API_BASE_URL=stub.base_url):
-        yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def api(make_bot, make_api_key, make_destination, webhook_settings, stub):
+def api(make_bot, make_api_key, make_destination, webhook_settings, stub):  # noqa: F811
     """An APIClient of a bot with a Telegram bot (token, webhook secret; policy
     `FULL_POLICY`: requester audience, reselect on, two reasons, comments up to 50
     characters) and a webhook destination; `api.deliver(**fields)` sends a final answer to the
@@ -107,19 +101,19 @@ def _message_id(delivery: Delivery) -> int:
     return int(delivery.platform_message_id.rsplit(":", 1)[1])
 
 
-def _message(stub, delivery):
-    return stub.messages[(CHAT, _message_id(delivery))]
+def _message(api_stub, delivery):
+    return api_stub.messages[(CHAT, _message_id(delivery))]
 
 
-def _data(stub, delivery, label: str) -> str:
+def _data(api_stub, delivery, label: str) -> str:
     """The callback_data of the button whose text contains `label`, as the message shows now."""
-    rows = _message(stub, delivery)["reply_markup"]["inline_keyboard"]
+    rows = _message(api_stub, delivery)["reply_markup"]["inline_keyboard"]
     return next(b["callback_data"] for row in rows for b in row if label in b["text"])
 
 
-def _tap(stub, delivery, label, **kwargs) -> dict:
+def _tap(api_stub, delivery, label, **kwargs) -> dict:
     return tu.callback_query(
-        _data(stub, delivery, label), message_id=_message_id(delivery), **kwargs
+        _data(api_stub, delivery, label), message_id=_message_id(delivery), **kwargs
     )
 
 
@@ -138,8 +132,8 @@ def post(update: dict, secret: str | None = SECRET, gate: threading.Barrier | No
             connections.close_all()
 
 
-def _toasts(stub) -> list[str]:
-    return [p.get("text", "") for m, _t, p in stub.calls if m == "answerCallbackQuery"]
+def _toasts(api_stub) -> list[str]:
+    return [p.get("text", "") for m, _t, p in api_stub.calls if m == "answerCallbackQuery"]
 
 
 def test_a_final_answer_is_sent_with_the_feedback_keyboard_and_its_text_is_never_stored(
