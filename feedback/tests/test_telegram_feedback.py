@@ -346,3 +346,27 @@ def test_the_replay_command_taps_what_the_keyboard_shows_now(api, answer):
     answer = Delivery.objects.select_related("current_revision").get(pk=answer.pk)
     assert tap_data(answer, "", "incomplete", False) == _data(api.stub, answer, "不完整")
     assert tap_data(answer, "", "", True) == _data(api.stub, answer, "补充说明")
+
+
+def test_the_answer_text_never_reaches_the_database_file(api, answer):
+    from pathlib import Path
+
+    from django.db import connection
+
+    from feedback.tests.test_answer_never_stored import _forms, _scan
+
+    if connection.vendor != "sqlite":
+        pytest.skip("scans the SQLite file")
+    api.deliver(text=f"{SENTINEL} retried", session_id="s-tg", turn_id="t-1")  # a retry
+    api.deliver(text=f"{SENTINEL} progress", response_kind="progress")
+    assert post(_tap(api.stub, answer, "结论有误")) == 200
+    assert drain() == 1
+    assert post(_tap(api.stub, answer, "不完整")) == 200
+    assert drain() == 1
+    assert Revision.objects.count() == 2
+    name = Path(connection.settings_dict["NAME"])
+    delivery_id = answer.delivery_id.encode()
+    found = _scan(name, [delivery_id, *_forms(SENTINEL)])
+    for file, hits in found.items():
+        assert set(hits) <= {delivery_id}, f"answer text found in {file}"
+    assert any(delivery_id in hits for hits in found.values())
