@@ -7,7 +7,8 @@ class FeedbackConfig(AppConfig):
 
     Registers its card-action handlers (`feedback`, `feedback_detail` →
     `feedback.revisions`) in `interactions.callbacks.registry`, its event sink in
-    `interactions.events`, its feedback-area renderers with the Feishu and Slack channels and its
+    `interactions.events`, its feedback-area renderers with the Feishu, Slack and Telegram channels, its
+    answer channels (`feedback.answer_channels`) and its
     chat-saved hook (`deliveries.link_chat`) in `botadmin.services` from `ready()`, so
     neither `interactions` nor `botadmin` imports `feedback`.
     """
@@ -39,6 +40,25 @@ class FeedbackConfig(AppConfig):
         from interactions.cardqueue import service as card_queue
 
         card_queue.register_renderer(slack_delivery.RENDERER, slack_delivery.render_update)
+        # Final answers on channels other than Feishu go through their answer channel.
+        from feedback import answer_channels
+
+        answer_channels.register(slack_delivery.SlackAnswers())
+        # Telegram answers: taps on their keyboard and replies to their comment prompts are
+        # handed to the Telegram channel's handlers, the keyboard to the channel, and it is
+        # repainted when its update is applied (the answer's text is never kept).
+        from feedback import telegram_cards, telegram_delivery
+
+        answer_channels.register(telegram_delivery.TelegramAnswers())
+        card_queue.register_renderer(telegram_delivery.RENDERER, telegram_delivery.render_update)
+        telegram = channels.get("telegram")
+        if telegram.name == "telegram":
+            from interactions.channels.telegram import handlers as telegram_handlers
+
+            telegram.use_feedback_renderer(telegram_cards.keyboard)
+            for verb in telegram_cards.VERBS:
+                telegram_handlers.use_callback_handler(verb, telegram_delivery.on_tap)
+            telegram_handlers.use_reply_handler(telegram_delivery.on_reply)
 
         registry.register("feedback", revisions.on_feedback)
         registry.register("feedback_detail", revisions.on_feedback_detail)

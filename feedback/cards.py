@@ -142,29 +142,157 @@ def is_locked(policy: dict[str, Any], choice: Choice | None) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class AreaButton:
+    """One verdict button of the area: policy `key`, `label` in the active language
+    (`localized`), `semantic` (positive | neutral | negative), the policy's `style` ("" when
+    none) and whether it is the current choice (`chosen`)."""
+
+    key: str
+    label: str
+    semantic: str
+    style: str = ""
+    chosen: bool = False
+
+
+@dataclass(frozen=True)
+class AreaReason:
+    """One negative reason offered in the follow-up: policy `key` and `label` (active
+    language)."""
+
+    key: str
+    label: str
+
+
+#: `AreaState.followup`: no follow-up step shown, the reasons/comment step open, details given.
+FOLLOWUP_NONE, FOLLOWUP_OPEN, FOLLOWUP_DONE = "none", "open", "done"
+
+
+@dataclass(frozen=True)
+class AreaState:
+    """The feedback area of one delivery state, channel-neutral: what every channel's
+    renderer (Feishu Card JSON here, Slack Block Kit in `feedback.slack_cards`, Telegram inline
+    keyboards in `feedback.telegram_cards`) shows. Built by `area_state`; texts are in the
+    language active when it was built.
+
+    - `delivery_id`, `rev`: what every click carries; `rev` is the current revision id ("" before
+      the first), the stale-click guard of `feedback.revisions`;
+    - `buttons`: the visible verdict buttons in policy order (`visible_semantics` applied);
+      `clickable`: False when the choice is final for everyone (`is_locked`: Feishu disables
+      them, Slack and Telegram leave them out);
+    - `selected`: the chosen button (None before a choice; a key no longer in the snapshot
+      gives a button with the key as label), `reason_label` the chosen reason's label ("");
+    - `followup`: `FOLLOWUP_OPEN` (negative choice without details and the policy has a
+      follow-up: `reasons`, `comment_enabled`, `comment_required`, `comment_placeholder`,
+      `comment_max_length` describe it), `FOLLOWUP_DONE` (`detail_text` says what was added) or
+      `FOLLOWUP_NONE`;
+    - `audience_text`: who may give feedback (`audience_hint`), shown while no follow-up is;
+    - `final`: nothing in the area can be clicked any more (not clickable, no open follow-up).
+    """
+
+    delivery_id: str
+    rev: str
+    buttons: tuple[AreaButton, ...]
+    clickable: bool
+    selected: AreaButton | None
+    reason_label: str
+    followup: str
+    reasons: tuple[AreaReason, ...]
+    comment_enabled: bool
+    comment_required: bool
+    comment_placeholder: str
+    comment_max_length: int
+    detail_text: str
+    audience_text: str
+
+    @property
+    def final(self) -> bool:
+        return not self.clickable and self.followup != FOLLOWUP_OPEN
+
+
+def area_state(policy: dict[str, Any], delivery_id: str, choice: Choice | None) -> AreaState:
+    """The channel-neutral state of the feedback area of a delivery with snapshot `policy` and
+    current revision `choice` (None before any), texts in the active language. Pure.
+
+    The rules (PRODUCT: the feedback area): buttons of the visible semantics in policy order,
+    the chosen one marked; locked (not clickable) when reselect is off, only the requester may
+    answer and they did; a negative choice without details opens the follow-up when the policy
+    has reasons or comments; a choice with details shows what was added instead."""
+    visible = set(policy.get("visible_semantics") or [])
+    chosen_key = choice.verdict_key if choice is not None else None
+    buttons = tuple(
+        AreaButton(
+            key=button["key"],
+            label=localized(button) or button["key"],
+            semantic=button.get("semantic") or "",
+            style=button.get("style") or "",
+            chosen=button["key"] == chosen_key,
+        )
+        for button in policy.get("buttons") or []
+        if not visible or button.get("semantic") in visible
+    )
+    selected = None
+    if choice is not None:
+        selected = next((b for b in buttons if b.chosen), None) or AreaButton(
+            key=choice.verdict_key,
+            label=button_label(policy, choice.verdict_key),
+            semantic=choice.semantic,
+            chosen=True,
+        )
+    followup_policy = policy.get("negative_followup") or {}
+    comment = followup_policy.get("comment") or {}
+    negative = choice is not None and choice.semantic == "negative"
+    detail_text = ""
+    if negative and choice.has_details:
+        followup = FOLLOWUP_DONE
+        detail_text = _("Details added, thank you") if choice.has_comment else _("Reason recorded")
+    elif negative and has_detail_step(policy):
+        followup = FOLLOWUP_OPEN
+    else:
+        followup = FOLLOWUP_NONE
+    return AreaState(
+        delivery_id=delivery_id,
+        rev=choice.revision_id if choice else "",
+        buttons=buttons,
+        clickable=not is_locked(policy, choice),
+        selected=selected,
+        reason_label=reason_label(policy, choice.reason_key)
+        if choice and choice.reason_key
+        else "",
+        followup=followup,
+        reasons=tuple(
+            AreaReason(r["key"], localized(r) or r["key"])
+            for r in followup_policy.get("reasons") or []
+        ),
+        comment_enabled=bool(comment.get("enabled")),
+        comment_required=bool(comment.get("required")),
+        comment_placeholder=localized(comment, "placeholder") or _("Add details"),
+        comment_max_length=int(comment.get("max_length") or 1000),
+        detail_text=detail_text,
+        audience_text=audience_hint(policy),
+    )
+
+
 def feedback_area(
     policy: dict[str, Any], delivery_id: str, choice: Choice | None
 ) -> dict[str, dict[str, Any]]:
     """The feedback area for one state: `{element_id: component}` in card order (AREA_IDS).
 
     `policy` is the delivery's policy snapshot (`botadmin.policy` shape); `choice` the current
-    revision. Pure. Every text is in Chinese and English (`interactions.render.bilingual`;
-    labels use their `label_en` / `placeholder_en` in English), `content` in the snapshot's
-    `card_language` (default `CARD_LANGUAGE`).
+    revision. Pure: renders `area_state`. Every text is in Chinese and English
+    (`interactions.render.bilingual`; labels use their `label_en` / `placeholder_en` in
+    English), `content` in the snapshot's `card_language` (default `CARD_LANGUAGE`).
     """
     language = policy.get("card_language") or CARD_LANGUAGE
-    return bilingual(lambda: _area(policy, delivery_id, choice), language)
+    return bilingual(lambda: _area(area_state(policy, delivery_id, choice)), language)
 
 
-def _area(
-    policy: dict[str, Any], delivery_id: str, choice: Choice | None
-) -> dict[str, dict[str, Any]]:
-    rev = choice.revision_id if choice else ""
+def _area(state: AreaState) -> dict[str, dict[str, Any]]:
     return {
         DIVIDER: {"tag": "hr", "element_id": DIVIDER},
-        STATUS: _status(policy, choice),
-        BUTTONS: _buttons(policy, delivery_id, choice, rev),
-        DETAIL: _detail(policy, delivery_id, choice, rev),
+        STATUS: {"tag": "markdown", "element_id": STATUS, "content": status_text(state, "**")},
+        BUTTONS: _buttons(state),
+        DETAIL: _detail(state),
         FOOTER: {
             "tag": "markdown",
             "element_id": FOOTER,
@@ -174,49 +302,49 @@ def _area(
     }
 
 
-def _status(policy: dict[str, Any], choice: Choice | None) -> dict[str, Any]:
-    if choice is None:
-        content = _("Was this answer helpful?")
-    else:
-        content = _("Selected: **%(label)s**") % {"label": button_label(policy, choice.verdict_key)}
-        if choice.reason_key:
-            content += " · " + _("Reason: %(label)s") % {
-                "label": reason_label(policy, choice.reason_key)
-            }
-    return {"tag": "markdown", "element_id": STATUS, "content": content}
+def status_text(state: AreaState, bold: str = "", escape=None) -> str:
+    """The status line of `state` in the active language: the question before a choice, else
+    the chosen label (between `bold` marks: `**` for CommonMark, `*` for Slack mrkdwn, "" for
+    plain text) and the reason. `escape(label)` escapes user-given labels for the channel's
+    markup."""
+    if state.selected is None:
+        return _("Was this answer helpful?")
+    esc = escape or (lambda text: text)
+    text = (_("Selected: **%(label)s**") % {"label": esc(state.selected.label)}).replace("**", bold)
+    if state.reason_label:
+        text += " · " + _("Reason: %(label)s") % {"label": esc(state.reason_label)}
+    return text
 
 
-def _buttons(
-    policy: dict[str, Any], delivery_id: str, choice: Choice | None, rev: str
-) -> dict[str, Any]:
-    locked = is_locked(policy, choice)
-    visible = set(policy.get("visible_semantics") or [])
-    columns = []
-    for button in policy.get("buttons") or []:
-        if visible and button.get("semantic") not in visible:
-            continue
-        key = button["key"]
-        chosen = choice is not None and choice.verdict_key == key
-        label = localized(button) or key
-        columns.append(
-            {
-                "tag": "column",
-                "width": "auto",
-                "elements": [
-                    {
-                        "tag": "button",
-                        "name": f"fb_{key}",
-                        "text": {"tag": "plain_text", "content": f"✓ {label}" if chosen else label},
-                        "type": button.get("style") or "default",
-                        "size": "small",
-                        "disabled": locked,
-                        "behaviors": callback_behaviors(
-                            {"kind": "feedback", "delivery": delivery_id, "key": key, "rev": rev}
-                        ),
-                    }
-                ],
-            }
-        )
+def _buttons(state: AreaState) -> dict[str, Any]:
+    columns = [
+        {
+            "tag": "column",
+            "width": "auto",
+            "elements": [
+                {
+                    "tag": "button",
+                    "name": f"fb_{button.key}",
+                    "text": {
+                        "tag": "plain_text",
+                        "content": f"✓ {button.label}" if button.chosen else button.label,
+                    },
+                    "type": button.style or "default",
+                    "size": "small",
+                    "disabled": not state.clickable,
+                    "behaviors": callback_behaviors(
+                        {
+                            "kind": "feedback",
+                            "delivery": state.delivery_id,
+                            "key": button.key,
+                            "rev": state.rev,
+                        }
+                    ),
+                }
+            ],
+        }
+        for button in state.buttons
+    ]
     return {
         "tag": "column_set",
         "element_id": BUTTONS,
@@ -241,32 +369,19 @@ def audience_hint(policy: dict[str, Any]) -> str:
     return hint
 
 
-def _detail(
-    policy: dict[str, Any], delivery_id: str, choice: Choice | None, rev: str
-) -> dict[str, Any]:
-    negative = choice is not None and choice.semantic == "negative"
-    if negative and choice.has_details:
-        content = _("Details added, thank you") if choice.has_comment else _("Reason recorded")
-        return {
-            "tag": "markdown",
-            "element_id": DETAIL,
-            "content": content,
-            "text_size": "notation",
-        }
-    if not negative or not has_detail_step(policy):
-        return {
-            "tag": "markdown",
-            "element_id": DETAIL,
-            "content": audience_hint(policy),
-            "text_size": "notation",
-        }
-    followup = policy.get("negative_followup") or {}
-    comment = followup.get("comment") or {}
+def _note(text: str) -> dict[str, Any]:
+    return {"tag": "markdown", "element_id": DETAIL, "content": text, "text_size": "notation"}
+
+
+def _detail(state: AreaState) -> dict[str, Any]:
+    if state.followup == FOLLOWUP_DONE:
+        return _note(state.detail_text)
+    if state.followup != FOLLOWUP_OPEN:
+        return _note(state.audience_text)
     elements: list[dict[str, Any]] = [
         {"tag": "markdown", "content": _("What was wrong? (optional details)")}
     ]
-    reasons = followup.get("reasons") or []
-    if reasons:
+    if state.reasons:
         elements.append(
             {
                 "tag": "select_static",
@@ -274,23 +389,20 @@ def _detail(
                 "required": False,
                 "placeholder": {"tag": "plain_text", "content": _("Choose a reason")},
                 "options": [
-                    {"text": {"tag": "plain_text", "content": localized(r)}, "value": r["key"]}
-                    for r in reasons
+                    {"text": {"tag": "plain_text", "content": r.label}, "value": r.key}
+                    for r in state.reasons
                 ],
             }
         )
-    if comment.get("enabled"):
+    if state.comment_enabled:
         elements.append(
             {
                 "tag": "input",
                 "name": COMMENT_FIELD,
-                "required": bool(comment.get("required")),
+                "required": state.comment_required,
                 "input_type": "multiline_text",
                 "rows": 3,
-                "placeholder": {
-                    "tag": "plain_text",
-                    "content": (localized(comment, "placeholder") or _("Add details"))[:100],
-                },
+                "placeholder": {"tag": "plain_text", "content": state.comment_placeholder[:100]},
             }
         )
     elements.append(
@@ -301,7 +413,7 @@ def _detail(
             "type": "primary",
             "form_action_type": "submit",
             "behaviors": callback_behaviors(
-                {"kind": "feedback_detail", "delivery": delivery_id, "rev": rev}
+                {"kind": "feedback_detail", "delivery": state.delivery_id, "rev": state.rev}
             ),
         }
     )

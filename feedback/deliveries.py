@@ -56,8 +56,8 @@ from django.utils.translation import gettext_lazy as _
 from botadmin.models import Bot, Chat
 from botadmin.policy import USED_NONE, apply_agent_options
 from botadmin.services import effective_policy_for
+from feedback import answer_channels, terminals
 from feedback import cards as feedback_cards
-from feedback import slack_delivery, terminals
 from feedback.models import Delivery
 from feedback.outbox import effective_destinations
 from interactions.cardqueue import service as cards
@@ -141,8 +141,10 @@ class DeliveryRequest:
     usage: dict[str, Any] | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     feedback_options: dict[str, Any] | None = None
-    #: `Delivery.Channel`: `feishu` sends `card`; `slack` sends `blocks` (Block Kit, a list)
-    #: with the fallback `text` through the bot's Slack app (`feedback.slack_delivery`).
+    #: `Delivery.Channel`: `feishu` sends `card`; every other channel is an answer channel
+    #: (`feedback.answer_channels`): `slack` sends `blocks` (Block Kit, a list) with the
+    #: fallback `text` through the bot's Slack app, `telegram` sends `text` through the bot's
+    #: Telegram bot.
     channel: str = Delivery.Channel.FEISHU
     blocks: list[dict[str, Any]] | None = None
     text: str = ""
@@ -152,8 +154,10 @@ class DeliveryRequest:
 
     @property
     def message(self) -> Any:
-        """What the backend gave to send: the card (Feishu) or the blocks (Slack), or None."""
-        return self.blocks if self.channel == Delivery.Channel.SLACK else self.card
+        """What the backend gave to send: the card (Feishu) or what the answer channel sends
+        (Slack: the blocks; Telegram: the text), or None."""
+        plugin = answer_channels.get(self.channel)
+        return plugin.message(self) if plugin is not None else self.card
 
     @property
     def registers(self) -> bool:
@@ -282,11 +286,11 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     if existing is not None:
         return _retry(existing, request)
 
-    slack = request.channel == Delivery.Channel.SLACK
+    plugin = answer_channels.get(request.channel)
     problems: dict[str, list[str]] = {}
     card = request.message
-    if slack:
-        problems = slack_delivery.request_problems(bot, request)
+    if plugin is not None:
+        problems = plugin.request_problems(bot, request)
     else:
         if card is None and not request.registers:
             problems["card"] = [str(_("This field is required."))]
@@ -313,7 +317,7 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
     if shown and snapshot.get("audience") == "requester" and not request.requester_open_id:
         raise InvalidDelivery(
             {
-                ("requester_user_id" if slack else "requester_open_id"): [
+                (plugin.requester_field if plugin else "requester_open_id"): [
                     str(
                         _(
                             "Required: the policy of this chat lets only the requester give "
@@ -326,10 +330,10 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
 
     delivery_id = delivery_id_for(bot, request)
     composed = None
-    if slack:
+    if plugin is not None:
         try:
-            composed = slack_delivery.compose(card, snapshot if shown else None, delivery_id)
-        except slack_delivery.BlocksRefused as exc:
+            composed = plugin.compose(request, snapshot if shown else None, delivery_id)
+        except answer_channels.MessageRefused as exc:
             raise InvalidDelivery(exc.errors) from None
     elif card is not None:
         area = feedback_cards.feedback_area(snapshot, delivery_id, None) if shown else None
@@ -385,10 +389,11 @@ def deliver(bot: Bot, request: DeliveryRequest) -> Delivered:
 
 
 def _content_hash(request: DeliveryRequest) -> str:
-    """`content_hash` of what the backend gave (the card; a Slack message's blocks and
-    text), "" when it gave none."""
-    if request.channel == Delivery.Channel.SLACK:
-        return feedback_cards.content_hash({"blocks": request.blocks, "text": request.text})
+    """`content_hash` of what the backend gave (the card; an answer channel's message, e.g. a
+    Slack message's blocks and text), "" when it gave none."""
+    plugin = answer_channels.get(request.channel)
+    if plugin is not None:
+        return plugin.content_hash(request)
     return feedback_cards.content_hash(request.card) if request.card is not None else ""
 
 
@@ -422,8 +427,9 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
     request = dataclasses.replace(
         request, chat_id=(existing.policy_snapshot or {}).get("chat_id") or request.chat_id
     )
-    if existing.channel == Delivery.Channel.SLACK:
-        return _retry_slack(existing, request)
+    plugin = answer_channels.get(existing.channel)
+    if plugin is not None:
+        return _retry_plugin(plugin, existing, request)
     card = request.card
     composed = None
     if existing.card_id and not request.registers:
@@ -470,19 +476,21 @@ def _retry(existing: Delivery, request: DeliveryRequest) -> Delivered:
     return Delivered(existing, created=False, resent=True)
 
 
-def _retry_slack(existing: Delivery, request: DeliveryRequest) -> Delivered:
-    """Send a claimed Slack delivery again (`_retry`): the retry's blocks with the area of the
-    frozen snapshot. Slack has no send dedupe, so an interrupted send that did reach Slack
-    shows twice; only the second message is the delivery's."""
-    request = dataclasses.replace(request, channel=Delivery.Channel.SLACK)
-    problems = slack_delivery.request_problems(existing.bot, request)
+def _retry_plugin(
+    plugin: answer_channels.AnswerChannel, existing: Delivery, request: DeliveryRequest
+) -> Delivered:
+    """Send a claimed delivery of an answer channel again (`_retry`): the retry's message with
+    the area of the frozen snapshot. Slack and Telegram have no send dedupe, so an interrupted
+    send that did reach the platform shows twice; only the second message is the delivery's."""
+    request = dataclasses.replace(request, channel=existing.channel)
+    problems = plugin.request_problems(existing.bot, request)
     if problems:
         _mark_failed(existing, "invalid_card")
         raise InvalidDelivery(problems)
     snapshot = existing.policy_snapshot if existing.feedback_shown else None
     try:
-        composed = slack_delivery.compose(request.blocks, snapshot, existing.delivery_id)
-    except slack_delivery.BlocksRefused as exc:
+        composed = plugin.compose(request, snapshot, existing.delivery_id)
+    except answer_channels.MessageRefused as exc:
         _mark_failed(existing, "invalid_card")
         raise InvalidDelivery(exc.errors) from None
     Delivery.objects.filter(pk=existing.pk).update(content_hash=_content_hash(request))
@@ -493,16 +501,17 @@ def _retry_slack(existing: Delivery, request: DeliveryRequest) -> Delivered:
 
 def _send(delivery: Delivery, request: DeliveryRequest, composed: Any) -> None:
     """Network part: send or register, then `_mark_sent`; `_mark_failed` + SendFailed on error."""
-    if delivery.channel == Delivery.Channel.SLACK:
+    plugin = answer_channels.get(delivery.channel)
+    if plugin is not None:
         try:
-            ts = slack_delivery.post(
-                delivery.bot, request.chat_id, composed, request.text, uuid=delivery.delivery_id
+            message_id = plugin.send(delivery, request, composed)
+        except answer_channels.AnswerSendError as exc:
+            log.warning(
+                "delivery %s: %s refused the message: %s", delivery.delivery_id, plugin.kind, exc
             )
-        except slack_delivery.SlackSendError as exc:
-            log.warning("delivery %s: Slack refused the message: %s", delivery.delivery_id, exc)
-            _mark_failed(delivery, f"slack_{exc.error}")
+            _mark_failed(delivery, f"{plugin.kind}_{exc.error}")
             raise SendFailed(delivery, code=-1, msg=exc.error) from None
-        _mark_sent_ids(delivery, ts, "")
+        _mark_sent_ids(delivery, message_id, "")
         return
     # local for start-up cost: the client loads lark-oapi (~4-6 s); only a send needs it
     from interactions.lark.client import LarkApiError
@@ -617,7 +626,8 @@ def _mark_sent(delivery: Delivery, entity: CardEntity) -> None:
 
 
 def _mark_sent_ids(delivery: Delivery, message_id: str, card_id: str) -> None:
-    """`_mark_sent` with the platform ids: the Feishu message and card, or a Slack `ts`."""
+    """`_mark_sent` with the platform ids: the Feishu message and card, or the message id an
+    answer channel returned (a Slack `ts`, a Telegram `tg:<chat_id>:<message_id>`)."""
     try:
         with transaction.atomic():
             locked = Delivery.objects.select_for_update().get(pk=delivery.pk)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from django.core.validators import RegexValidator
 from django.utils.translation import gettext_lazy as _
@@ -13,8 +14,10 @@ from rest_framework.views import APIView
 
 from botadmin import policy as pol
 from botadmin.auth import IsBot
-from feedback import deliveries, slack_delivery
+from feedback import deliveries
 from feedback.models import Delivery, Semantic
+from interactions import kinds
+from interactions.channels.telegram.render import MAX_TEXT as TELEGRAM_TEXT_MAX
 from interactions.lark.cardjson import MAX_CARD_BYTES, card_bytes
 from plumbing.api import ApiError
 from plumbing.fields import JsonObjectField, OpenIdField, StrictCharField, StrictRegexField
@@ -110,6 +113,10 @@ class FeedbackOptionsSerializer(serializers.Serializer):
                     "properties": {"blocks": {"type": "array"}},
                     "required": ["blocks"],
                 },
+                {
+                    "properties": {"channel": {"enum": ["telegram"]}, "text": {"pattern": r"\S"}},
+                    "required": ["channel", "text"],
+                },
             ]
         },
     ),
@@ -121,13 +128,15 @@ class DeliveryCreateSerializer(serializers.Serializer):
         choices=Delivery.Channel.choices,
         required=False,
         help_text=(
-            "feishu (sends `card`) or slack (sends `blocks` through the bot's Slack app). "
-            "Absent: slack when `blocks` is given, else feishu."
+            "feishu (sends `card`), slack (sends `blocks` through the bot's Slack app) or "
+            "telegram (sends `text` through the bot's Telegram bot). Absent: slack when "
+            "`blocks` is given, else feishu."
         ),
     )
     chat_id = StrictCharField(
         max_length=64,
-        help_text="Feishu chat_id (oc_…), or the Slack conversation id (C…, G…, D…).",
+        help_text="Feishu chat_id (oc_…), the Slack conversation id (C…, G…, D…), or the "
+        "Telegram chat id (an integer; groups are negative).",
     )
     blocks = serializers.JSONField(
         required=False,
@@ -139,11 +148,12 @@ class DeliveryCreateSerializer(serializers.Serializer):
         ),
     )
     text = StrictCharField(
-        max_length=slack_delivery.TEXT_MAX,
+        max_length=TELEGRAM_TEXT_MAX,
         required=False,
         allow_blank=True,
         default="",
-        help_text="Slack: the message's fallback text (notifications); never stored.",
+        help_text="Slack: the message's fallback text (notifications), at most 4000 characters. "
+        "Telegram: the answer (plain text, at most 4096). Never stored.",
     )
     card = serializers.JSONField(
         required=False,
@@ -172,12 +182,12 @@ class DeliveryCreateSerializer(serializers.Serializer):
     discriminator = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
     requester_open_id = OpenIdField(required=False, allow_blank=True, default="")
     requester_user_id = StrictRegexField(
-        r"^[UW][A-Z0-9]{2,30}$",
+        r"^(?:[UW][A-Z0-9]{2,30}|[0-9]{1,20})$",
         required=False,
         allow_blank=True,
         default="",
-        help_text="Slack: the user id (U…/W…) of the person who asked (instead of "
-        "requester_open_id).",
+        help_text="Slack: the user id (U…/W…) of the person who asked; Telegram: their user id "
+        "(digits). Instead of requester_open_id.",
     )
     topic_id = StrictCharField(max_length=128, required=False, allow_blank=True, default="")
     platform_message_id = StrictCharField(
@@ -281,14 +291,30 @@ class DeliveryCreateSerializer(serializers.Serializer):
         attrs["channel"] = channel
         attrs["channel_field"] = "channel" if given else "blocks"
         if channel == Delivery.Channel.FEISHU:
-            for name in ("blocks", "text", "requester_user_id"):
-                if attrs.get(name) not in (None, ""):
+            if attrs.get("blocks") is not None:
+                raise serializers.ValidationError(
+                    {"blocks": [_("Only a Slack message (channel slack) takes this field.")]}
+                )
+            for name in ("text", "requester_user_id"):
+                if attrs.get(name):
                     raise serializers.ValidationError(
-                        {name: [_("Only a Slack message (channel slack) takes this field.")]}
+                        {name: [_("Only a Slack or Telegram message takes this field.")]}
                     )
-        elif attrs.get("requester_open_id"):
+            return attrs
+        if attrs.get("requester_open_id"):
             raise serializers.ValidationError(
-                {"requester_open_id": [_("On Slack the requester is requester_user_id (U…).")]}
+                {
+                    "requester_open_id": [
+                        _("On Slack the requester is requester_user_id (U…).")
+                        if channel == Delivery.Channel.SLACK
+                        else _("On Telegram the requester is requester_user_id (digits).")
+                    ]
+                }
+            )
+        requester = attrs.get("requester_user_id") or ""
+        if requester and not re.match(kinds.OPERATOR_ID_PATTERNS[channel], requester):
+            raise serializers.ValidationError(
+                {"requester_user_id": [_("Use a user id of this channel.")]}
             )
         return attrs
 
@@ -296,7 +322,7 @@ class DeliveryCreateSerializer(serializers.Serializer):
         data = dict(self.validated_data)
         metadata = {k: data.pop(k) for k in deliveries.METADATA_FIELDS}
         slack_requester = data.pop("requester_user_id", "")
-        if data["channel"] == Delivery.Channel.SLACK:
+        if data["channel"] != Delivery.Channel.FEISHU:
             data["requester_open_id"] = slack_requester
         return deliveries.DeliveryRequest(metadata=metadata, **data)
 
@@ -413,17 +439,19 @@ class DeliveryCreateView(APIView):
         except deliveries.InvalidDelivery as exc:
             raise ApiError("invalid", exc.errors, 400) from None
         except deliveries.SendFailed as exc:
-            if exc.delivery.channel == Delivery.Channel.SLACK:
+            channel = exc.delivery.channel
+            if channel != Delivery.Channel.FEISHU:
                 raise ApiError(
                     "send_failed",
                     {
                         "message": str(
                             _(
-                                "Slack did not accept the message; the delivery is kept as "
-                                "send_failed and a retry sends it again."
+                                "%(channel)s did not accept the message; the delivery is kept "
+                                "as send_failed and a retry sends it again."
                             )
-                        ),
-                        "slack_error": exc.msg,
+                        )
+                        % {"channel": Delivery.Channel(channel).label},
+                        f"{channel}_error": exc.msg,
                         "delivery": delivery_json(exc.delivery, True),
                     },
                     502,

@@ -141,6 +141,7 @@ class Delivery(models.Model):
 
         FEISHU = "feishu", _("Feishu")
         SLACK = "slack", _("Slack")
+        TELEGRAM = "telegram", _("Telegram")
 
     delivery_id = models.CharField(_("delivery id"), max_length=40, unique=True)
     bot = models.ForeignKey(
@@ -733,3 +734,36 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.outbox_item_id} #{self.attempt} {self.outcome}"
+
+
+class TelegramCommentPrompt(models.Model):
+    """A `force_reply` prompt Cardloop sent under a Telegram answer to take one person's
+    comment on it (https://core.telegram.org/bots/api#forcereply): the reply to message
+    (`chat_id`, `message_id`) from `operator_open_id` (the Telegram user id) is recorded as the
+    details of their negative verdict, with `reason_key` (chosen before the prompt, or "")
+    and `rev`, the revision the prompt was asked on (the stale-click guard of
+    `feedback.revisions.record_details`). Holds no text: the comment is stored on the
+    revision only."""
+
+    delivery = models.ForeignKey(
+        Delivery,
+        on_delete=models.CASCADE,
+        related_name="telegram_prompts",
+        verbose_name=_("delivery"),
+    )
+    chat_id = models.CharField(_("Telegram chat id"), max_length=32)
+    message_id = models.BigIntegerField(_("Telegram message id"))
+    operator_open_id = models.CharField(_("operator"), max_length=64)
+    rev = models.CharField(_("revision asked on"), max_length=40, blank=True, default="")
+    reason_key = models.CharField(_("reason key"), max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("Telegram comment prompt")
+        verbose_name_plural = _("Telegram comment prompts")
+        indexes = [
+            models.Index(fields=["chat_id", "message_id"], name="feedback_tg_prompt_message"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} prompt {self.chat_id}:{self.message_id}"

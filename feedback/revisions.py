@@ -52,8 +52,8 @@ from django.db.models import Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from feedback import answer_channels
 from feedback import cards as feedback_cards
-from feedback import slack_delivery
 from feedback.events import emit_feedback_revised
 from feedback.models import Delivery, LatestFeedback, Revision
 from interactions.callbacks import registry
@@ -226,10 +226,12 @@ def repaint(delivery: Delivery) -> None:
     """Queue the delivery's current feedback-area state (`delivery.current_revision`) as
     CardKit element updates, inside the caller's transaction. A renderer that raises is logged
     and leaves the card as it is: the fact is recorded and the answer stays a toast (a click
-    is never lost to a card Feishu would refuse). A Slack answer's area is repainted by
-    re-reading its message when the update is applied (`slack_delivery.queue_repaint`)."""
-    if delivery.channel == Delivery.Channel.SLACK:
-        slack_delivery.queue_repaint(delivery)
+    is never lost to a card Feishu would refuse). An answer on another channel is repainted
+    by its answer channel (`feedback.answer_channels`: Slack re-reads its message when the
+    update is applied)."""
+    plugin = answer_channels.get(delivery.channel)
+    if plugin is not None:
+        plugin.queue_repaint(delivery)
         return
     if not delivery.card_id:
         log.warning("delivery %s: no CardKit entity to update", delivery.delivery_id)
@@ -537,6 +539,38 @@ def record_details(
             revision.revision,
         )
         return Outcome(RECORDED, _recorded_message(click.snapshot, revision), revision)
+
+
+def detail_refusal(
+    bot,
+    *,
+    delivery_id: str,
+    operator_open_id: str,
+    rev: str,
+    open_message_id: str = "",
+    open_chat_id: str = "",
+) -> Outcome | None:
+    """Why `operator_open_id` may not add details to their verdict on `delivery_id` now, as
+    the `Outcome` `record_details` would answer (unknown delivery, outside the audience, a
+    stale `rev` — repainted —, no negative verdict), or None when they may. Writes nothing but
+    a repaint; for channels that ask for the details before submitting them (Telegram's
+    comment prompt). Arguments as for `record_details`."""
+    with transaction.atomic():
+        click = _guard(
+            bot,
+            "feedback_detail",
+            delivery_id=delivery_id,
+            operator_open_id=operator_open_id,
+            rev=rev,
+            open_message_id=open_message_id,
+            open_chat_id=open_chat_id,
+            content=lambda snapshot: {"reason": "", "comment": ""},
+        )
+        if isinstance(click, Outcome):
+            return click
+        if click.previous is None or click.previous.semantic != "negative":
+            return Outcome(NOT_NEGATIVE, _("Choose a negative verdict before adding details."))
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,20 +89,22 @@ def feedback_area(
     """The feedback area for one state: a list of Block Kit blocks in message order.
 
     `policy` is the delivery's policy snapshot, `choice` its current revision
-    (`feedback.cards.Choice` or None). Pure; text in the snapshot's `card_language` (default
-    `feedback.cards.CARD_LANGUAGE`)."""
+    (`feedback.cards.Choice` or None). Pure: renders `feedback.cards.area_state`; text in the
+    snapshot's `card_language` (default `feedback.cards.CARD_LANGUAGE`)."""
     language = policy.get("card_language") or feedback_cards.CARD_LANGUAGE
     with translation.override(language):
-        rev = choice.revision_id if choice else ""
+        state = feedback_cards.area_state(policy, delivery_id, choice)
         blocks: list[dict[str, Any]] = [
             {"type": "divider", "block_id": DIVIDER},
-            _status(policy, choice),
+            {
+                "type": "section",
+                "block_id": STATUS,
+                "text": {"type": "mrkdwn", "text": feedback_cards.status_text(state, "*", escape)},
+            },
         ]
-        if not feedback_cards.is_locked(policy, choice):
-            buttons = _buttons(policy, delivery_id, choice, rev)
-            if buttons is not None:
-                blocks.append(buttons)
-        blocks.extend(_detail(policy, delivery_id, choice, rev))
+        if state.clickable and state.buttons:
+            blocks.append(_buttons(state))
+        blocks.extend(_detail(state))
         blocks.append(_context(FOOTER, _("Feedback is recorded by Cardloop")))
         return blocks
 
@@ -111,56 +113,33 @@ def _context(block_id: str, text: str) -> dict[str, Any]:
     return {"type": "context", "block_id": block_id, "elements": [_plain(text)]}
 
 
-def _status(policy: dict[str, Any], choice: feedback_cards.Choice | None) -> dict[str, Any]:
-    if choice is None:
-        text = _("Was this answer helpful?")
-    else:
-        label = escape(feedback_cards.button_label(policy, choice.verdict_key))
-        # the shared msgid uses CommonMark bold; Slack mrkdwn bolds with single asterisks
-        text = (_("Selected: **%(label)s**") % {"label": label}).replace("**", "*")
-        if choice.reason_key:
-            text += " · " + _("Reason: %(label)s") % {
-                "label": escape(feedback_cards.reason_label(policy, choice.reason_key))
-            }
-    return {"type": "section", "block_id": STATUS, "text": {"type": "mrkdwn", "text": text}}
-
-
-def _buttons(
-    policy: dict[str, Any], delivery_id: str, choice: feedback_cards.Choice | None, rev: str
-) -> dict[str, Any] | None:
-    visible = set(policy.get("visible_semantics") or [])
+def _buttons(state: feedback_cards.AreaState) -> dict[str, Any]:
     elements = []
-    for button in policy.get("buttons") or []:
-        if visible and button.get("semantic") not in visible:
-            continue
-        key = button["key"]
-        label = feedback_cards.localized(button) or key
-        chosen = choice is not None and choice.verdict_key == key
+    for button in state.buttons:
         element: dict[str, Any] = {
             "type": "button",
-            "action_id": f"{RESERVED_PREFIX}{key}",
-            "text": _plain(f"✓ {label}" if chosen else label, BUTTON_TEXT_MAX),
-            "value": _value({"kind": "feedback", "delivery": delivery_id, "key": key, "rev": rev}),
+            "action_id": f"{RESERVED_PREFIX}{button.key}",
+            "text": _plain(f"✓ {button.label}" if button.chosen else button.label, BUTTON_TEXT_MAX),
+            "value": _value(
+                {
+                    "kind": "feedback",
+                    "delivery": state.delivery_id,
+                    "key": button.key,
+                    "rev": state.rev,
+                }
+            ),
         }
-        if button.get("style") in ("primary", "danger"):
-            element["style"] = button["style"]
+        if button.style in ("primary", "danger"):
+            element["style"] = button.style
         elements.append(element)
-    if not elements:
-        return None
     return {"type": "actions", "block_id": BUTTONS, "elements": elements}
 
 
-def _detail(
-    policy: dict[str, Any], delivery_id: str, choice: feedback_cards.Choice | None, rev: str
-) -> list[dict[str, Any]]:
-    negative = choice is not None and choice.semantic == "negative"
-    if negative and choice.has_details:
-        text = _("Details added, thank you") if choice.has_comment else _("Reason recorded")
-        return [_context(DETAIL, text)]
-    if not negative or not feedback_cards.has_detail_step(policy):
-        return [_context(DETAIL, feedback_cards.audience_hint(policy))]
-    followup = policy.get("negative_followup") or {}
-    comment = followup.get("comment") or {}
+def _detail(state: feedback_cards.AreaState) -> list[dict[str, Any]]:
+    if state.followup == feedback_cards.FOLLOWUP_DONE:
+        return [_context(DETAIL, state.detail_text)]
+    if state.followup != feedback_cards.FOLLOWUP_OPEN:
+        return [_context(DETAIL, state.audience_text)]
     blocks: list[dict[str, Any]] = [
         {
             "type": "section",
@@ -168,8 +147,7 @@ def _detail(
             "text": {"type": "mrkdwn", "text": _("What was wrong? (optional details)")},
         }
     ]
-    reasons = followup.get("reasons") or []
-    if reasons:
+    if state.reasons:
         blocks.append(
             {
                 "type": "input",
@@ -181,34 +159,25 @@ def _detail(
                     "action_id": feedback_cards.REASON_FIELD,
                     "placeholder": _plain(_("Choose a reason"), PLACEHOLDER_MAX),
                     "options": [
-                        {
-                            "text": _plain(
-                                feedback_cards.localized(r) or r["key"], OPTION_TEXT_MAX
-                            ),
-                            "value": r["key"],
-                        }
-                        for r in reasons
+                        {"text": _plain(r.label, OPTION_TEXT_MAX), "value": r.key}
+                        for r in state.reasons
                     ],
                 },
             }
         )
-    if comment.get("enabled"):
-        max_length = min(int(comment.get("max_length") or 1000), COMMENT_MAX)
+    if state.comment_enabled:
         blocks.append(
             {
                 "type": "input",
                 "block_id": DETAIL_COMMENT,
-                "optional": not comment.get("required"),
+                "optional": not state.comment_required,
                 "label": _plain(_("Add details")),
                 "element": {
                     "type": "plain_text_input",
                     "action_id": feedback_cards.COMMENT_FIELD,
                     "multiline": True,
-                    "max_length": max_length,
-                    "placeholder": _plain(
-                        feedback_cards.localized(comment, "placeholder") or _("Add details"),
-                        PLACEHOLDER_MAX,
-                    ),
+                    "max_length": min(state.comment_max_length, COMMENT_MAX),
+                    "placeholder": _plain(state.comment_placeholder, PLACEHOLDER_MAX),
                 },
             }
         )
@@ -223,7 +192,7 @@ def _detail(
                     "style": "primary",
                     "text": _plain(_("Submit")),
                     "value": _value(
-                        {"kind": "feedback_detail", "delivery": delivery_id, "rev": rev}
+                        {"kind": "feedback_detail", "delivery": state.delivery_id, "rev": state.rev}
                     ),
                 }
             ],

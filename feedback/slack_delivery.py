@@ -26,8 +26,8 @@ from django.conf import settings
 from django.utils.translation import gettext as _
 
 from botadmin.models import SlackApp
+from feedback import answer_channels, slack_cards
 from feedback import cards as feedback_cards
-from feedback import slack_cards
 from feedback.models import Delivery
 from interactions import channels
 from interactions.cardqueue import service as cards
@@ -44,21 +44,13 @@ RENDERER = "slack_feedback"
 TEXT_MAX = 4000
 
 
-class BlocksRefused(ValueError):
+class BlocksRefused(answer_channels.MessageRefused):
     """The blocks break a rule; `errors` maps the request field to messages."""
 
-    def __init__(self, errors: dict[str, list[str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{k}: {', '.join(v)}" for k, v in errors.items()))
 
-
-class SlackSendError(Exception):
+class SlackSendError(answer_channels.AnswerSendError):
     """Slack refused the message or could not be reached: `error` is Slack's error code
     (`channel_not_found`, `invalid_blocks`, …) or `transport`."""
-
-    def __init__(self, error: str):
-        self.error = error
-        super().__init__(error)
 
 
 def slack_app(bot) -> SlackApp | None:
@@ -82,6 +74,8 @@ def request_problems(bot, request) -> dict[str, list[str]]:
     if request.registers:
         field = "platform_message_id" if request.platform_message_id else "card_id"
         problems[field] = [_("Registering a message you sent is not available on Slack.")]
+    if len(request.text) > TEXT_MAX:
+        problems["text"] = [_("Slack takes at most 4000 characters here.")]
     if request.blocks is None:
         problems["blocks"] = [_("This field is required.")]
     else:
@@ -168,14 +162,8 @@ def render_update(card: CardEntity) -> dict[str, Any] | None:
     state; None when there is nothing to update (no such delivery, no feedback, the message
     was deleted). The card worker calls it when it applies the update. Raises
     `webapi.SlackCallError` when Slack cannot be read (the worker retries)."""
-    delivery = (
-        Delivery.objects.filter(
-            bot_id=card.bot_id, delivery_id=card.send_uuid, channel=Delivery.Channel.SLACK
-        )
-        .select_related("current_revision")
-        .first()
-    )
-    if delivery is None or not delivery.feedback_shown or not delivery.policy_snapshot:
+    delivery = answer_channels.shown_delivery(card, Delivery.Channel.SLACK)
+    if delivery is None:
         return None
     area = slack_cards.feedback_area(
         delivery.policy_snapshot,
@@ -194,3 +182,31 @@ def render_update(card: CardEntity) -> dict[str, Any] | None:
         log.info("delivery %s: its Slack message is gone; not updated", delivery.delivery_id)
         return None
     return {"blocks": slack_cards.replace_area(message["blocks"], area), "text": message["text"]}
+
+
+class SlackAnswers(answer_channels.AnswerChannel):
+    """Slack as an answer channel (`feedback.answer_channels`): the backend's `blocks` with
+    the fallback `text`, sent by the bot's Slack app; registered in `FeedbackConfig.ready()`."""
+
+    kind = Delivery.Channel.SLACK
+    requester_field = "requester_user_id"
+
+    def message(self, request) -> Any:
+        return request.blocks
+
+    def request_problems(self, bot, request) -> dict[str, list[str]]:
+        return request_problems(bot, request)
+
+    def compose(self, request, snapshot, delivery_id) -> list[dict[str, Any]]:
+        return compose(request.blocks, snapshot, delivery_id)
+
+    def content_hash(self, request) -> str:
+        return feedback_cards.content_hash({"blocks": request.blocks, "text": request.text})
+
+    def send(self, delivery, request, composed) -> str:
+        return post(
+            delivery.bot, request.chat_id, composed, request.text, uuid=delivery.delivery_id
+        )
+
+    def queue_repaint(self, delivery) -> None:
+        queue_repaint(delivery)

@@ -58,10 +58,11 @@ FUZZ = settings(
 @pytest.fixture
 def bot_key(transactional_db, make_bot, make_api_key):
     """The Authorization header of a bot API key."""
-    from botadmin.models import SlackApp
+    from botadmin.models import SlackApp, TelegramBot
 
     bot = make_bot()
     SlackApp.objects.create(bot=bot, app_id="A0FUZZAPP")  # dry run: no bot token
+    TelegramBot.objects.create(bot=bot, bot_user_id=987654321)  # dry run: no bot token
     raw, _key = make_api_key(bot)
     return f"Bearer {raw}"
 
@@ -109,6 +110,9 @@ def _meet_rules_stated_in_words(case) -> None:
       of the Slack-only fields; `card` is a Card JSON 2.0 card (Feishu's format, checked by
       Cardloop's card validator), a registered message is not another delivery's, and the keys
       of proposed `feedback_options` are unique, with reasons only beside a negative button;
+      a Telegram answer (`channel` telegram) is `text` (Slack's fallback text is at most 4000
+      characters) to an integer chat id, for a bot with a Telegram bot (the fuzzed bot has
+      one), with the requester's digits, and carries no card, blocks or registration;
     - `POST /api/v1/interactions`: action ids, action values and form field names are unique,
       and labels are not only whitespace;
     - `POST …/asks`: option labels are unique within a question, and a requester is named
@@ -138,14 +142,26 @@ def _meet_rules_stated_in_words(case) -> None:
         slack = body.get("channel") == "slack" or (
             "channel" not in body and body.get("blocks") is not None
         )
-        if slack:  # Block Kit blocks, a Slack conversation, the requester as a Slack user id
+        if body.get("channel") == "telegram":  # text to a chat id, the requester's digits
+            body["chat_id"] = "-1001234567890"
+            for name in ("requester_open_id", "card", "blocks", "platform_message_id", "card_id"):
+                body.pop(name, None)
+            if body.get("requester_user_id"):
+                body["requester_user_id"] = "4242"
+            # Telegram counts UTF-16 units: a schema-long text of astral characters is over
+            if not str(body.get("text") or "").strip() or len(str(body["text"])) > 2000:
+                body["text"] = "The answer"
+        elif slack:  # Block Kit blocks, a Slack conversation, the requester as a Slack user id
             body["blocks"] = BLOCKS
             body["chat_id"] = "C0FUZZCHAN"
             body.pop("requester_open_id", None)
+            body.pop("card", None)  # a Feishu card is not a Slack message
             for name in ("platform_message_id", "card_id"):  # Cardloop sends Slack answers
                 body.pop(name, None)
             if body.get("requester_user_id"):
                 body["requester_user_id"] = "U0FUZZUSER"
+            if isinstance(body.get("text"), str):
+                body["text"] = body["text"][:4000]
         else:  # a Feishu answer takes none of the Slack-only fields
             for name in ("blocks", "text", "requester_user_id"):
                 body.pop(name, None)

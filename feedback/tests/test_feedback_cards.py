@@ -8,6 +8,7 @@ import itertools
 import json
 
 import pytest
+from django.utils import translation
 
 from botadmin.policy import default_policy
 from feedback import cards
@@ -228,3 +229,45 @@ def test_content_hash_is_canonical():
     assert cards.content_hash(a) == cards.content_hash(b)
     assert cards.content_hash(a).startswith("sha256:") and len(cards.content_hash(a)) == 71
     assert cards.content_hash(a) != cards.content_hash({**a, "schema": "1.0"})
+
+
+def _choice(key, semantic, **kwargs):
+    return cards.Choice(revision_id="fb_rev1", verdict_key=key, semantic=semantic, **kwargs)
+
+
+def test_area_state_opens_the_follow_up_after_a_negative_choice_and_closes_it_with_details():
+    p = POLICIES["reasons_and_required_comment"]
+    before = cards.area_state(p, "del_1", None)
+    assert before.selected is None and before.rev == "" and before.clickable
+    assert before.followup == cards.FOLLOWUP_NONE and not before.final
+    negative_key = next(b["key"] for b in p["buttons"] if b["semantic"] == "negative")
+    opened = cards.area_state(p, "del_1", _choice(negative_key, "negative"))
+    assert opened.followup == cards.FOLLOWUP_OPEN and opened.rev == "fb_rev1"
+    assert [r.key for r in opened.reasons] == [r["key"] for r in SIX_REASONS]
+    assert opened.comment_enabled and opened.comment_required
+    assert opened.selected.key == negative_key and opened.selected.chosen
+    done = cards.area_state(p, "del_1", _choice(negative_key, "negative", reason_key="r2"))
+    assert done.followup == cards.FOLLOWUP_DONE and done.reason_label == "原" * 32
+
+
+def test_area_state_is_final_once_the_only_allowed_person_chose_without_reselect():
+    p = policy(allow_reselect=False, audience="requester")
+    positive_key = next(b["key"] for b in p["buttons"] if b["semantic"] == "positive")
+    state = cards.area_state(p, "del_1", _choice(positive_key, "positive"))
+    assert not state.clickable and state.final
+    assert cards.area_state(policy(allow_reselect=True), "del_1", None).clickable
+    everyone = cards.area_state(
+        policy(allow_reselect=False, audience="everyone"),
+        "del_1",
+        _choice(positive_key, "positive"),
+    )
+    assert everyone.clickable and not everyone.final
+
+
+def test_area_state_leaves_out_hidden_semantics_and_localizes_labels():
+    p = policy(visible_semantics=["positive", "negative"])
+    p["buttons"] = [dict(b, label_en=f"EN {b['key']}") for b in p["buttons"]]
+    with translation.override("en"):
+        state = cards.area_state(p, "del_1", None)
+    assert {b.semantic for b in state.buttons} <= {"positive", "negative"}
+    assert all(b.label == f"EN {b.key}" for b in state.buttons)

@@ -9,6 +9,9 @@
 | `ingress` | `POST /telegram/<bot_user_id>/webhook` (secret token, dedupe, dispatcher) |
 | `handlers` | what a tap (`callback_query`) or a typed command (`message`) does |
 
-Not built yet: feedback on final answers, progress cards and asks on Telegram (the ask
-renderers exist; the server-side multi-select state and sending asks here do not).
+Feedback on final answers lives in the feedback app (`feedback.telegram_cards`,
+`feedback.telegram_delivery`), handed over in `FeedbackConfig.ready()` (`handlers.
+use_callback_handler`, `handlers.use_reply_handler`, `TelegramChannel.use_feedback_renderer`).
+Not built yet: progress cards and asks on Telegram (the ask renderers exist; the server-side
+multi-select state and sending asks here do not).
 """

@@ -3,10 +3,11 @@
 | interface | Telegram |
 |---|---|
 | `render_interaction` | `render.render_interaction` (text + inline keyboard, Telegram's limits) |
-| `render_progress`, `render_feedback_area` | not on Telegram yet (`Unsupported`) |
+| `render_progress` | not on Telegram yet (`Unsupported`) |
+| `render_feedback_area` | the feedback app's inline keyboard (`feedback.telegram_cards.keyboard`, handed over with `use_feedback_renderer`) |
 | `send` | `sendMessage`, recorded first as a `CardEntity` (`channel="telegram"`, `address={"chat_id", "message_id"}`) |
 | `update` | `interactions.cardqueue.service.enqueue_card` (the durable card-update queue) |
-| `apply_update` | `editMessageText` with the new keyboard (none for a final state); 429 → retry after Telegram's `retry_after` |
+| `apply_update` | `editMessageText` with the new keyboard (none for a final state), or `editMessageReplyMarkup` for an update without `text` (a final answer's feedback keyboard: its text is never stored); 429 → retry after Telegram's `retry_after` |
 | `reply_text` | `sendMessage` replying to the typed command |
 | `parse_callback` | a verified webhook `callback_query` → `CardAction` (`ingress.card_action_payload`) |
 | `operator` | `callback_query.from.id` |
@@ -87,8 +88,19 @@ class TelegramChannel(Channel):
     def render_progress(self, session, asks):
         raise Unsupported("telegram: progress cards are shown on Feishu only")
 
+    _feedback_renderer = None
+
+    def use_feedback_renderer(self, fn) -> None:
+        """Render feedback areas with `fn(policy, delivery_id, choice)` (the feedback app's
+        inline keyboard; it lives above this app, so it is handed over instead of imported)."""
+        self._feedback_renderer = fn
+
     def render_feedback_area(self, policy, delivery_id, choice):
-        raise Unsupported("telegram: feedback areas are not built for Telegram yet")
+        """The feedback area's `InlineKeyboardMarkup` (the handed-over renderer). Raises
+        `Unsupported` when the feedback app handed none over."""
+        if self._feedback_renderer is None:
+            raise Unsupported("telegram: no feedback-area renderer was handed over")
+        return self._feedback_renderer(policy, delivery_id, choice)
 
     def send(self, bot, message, *, receive_id, receive_id_type="chat_id", uuid=None, purpose=""):
         """Record, then `sendMessage` `message` (`{"text", "reply_markup"}`) to chat
@@ -126,8 +138,9 @@ class TelegramChannel(Channel):
 
     def apply_update(self, card, update) -> None:
         """`editMessageText` of `card`'s message with `update.card_json` (`{"text",
-        "reply_markup"}`; no keyboard removes the buttons). "Message is not modified" counts
-        as applied. Raises `cards.UpdateFailed`: retryable for 429 (with Telegram's
+        "reply_markup"}`; no keyboard removes the buttons), or `editMessageReplyMarkup` when
+        it has no `text` (`{"reply_markup"}`: only the keyboard changes, so a text Cardloop
+        does not keep is left as it is). "Message is not modified" counts as applied. Raises `cards.UpdateFailed`: retryable for 429 (with Telegram's
         `retry_after`), 5xx and transport failures; permanent otherwise. Dry run without a
         token (nothing called)."""
         address = card.address or {}
@@ -137,6 +150,15 @@ class TelegramChannel(Channel):
             )
         message = render.TelegramMessage.from_json(update.card_json)
         try:
+            if "text" not in update.card_json:
+                botapi.edit_message_reply_markup(
+                    _token(card.bot),
+                    address["chat_id"],
+                    int(address["message_id"]),
+                    message.reply_markup,
+                    settings.CARDLOOP_TELEGRAM_API_BASE_URL,
+                )
+                return None
             botapi.edit_message_text(
                 _token(card.bot),
                 address["chat_id"],

@@ -43,6 +43,31 @@ MESSAGE_EVENT = "telegram.message"
 INTERACTION_KIND = "interaction"
 
 
+#: Handlers of callback_data verbs other than this package's (`render.VERBS`), handed over
+#: from `ready()` by apps above interactions (the feedback app's `fv`, `fr`, `fc`, `fs`).
+_callback_handlers: dict[str, Callable[[CardAction], Any]] = {}
+#: Handlers of replies to a bot message (`reply_to_message`), tried in order before typed
+#: commands: `fn(bot, message) -> bool` (True: the reply was theirs).
+_reply_handlers: list[Callable[[Any, dict], bool]] = []
+
+
+def use_callback_handler(verb: str, fn: Callable[[CardAction], Any]) -> None:
+    """Answer taps whose `callback_data` starts with `<verb>:` (or is `verb`) with
+    `fn(action)` (a registry handler's signature). For apps above interactions, which this
+    package must not import; call from `AppConfig.ready()`."""
+    if verb in render.VERBS:
+        raise ValueError(f"callback_data verb {verb!r} is the Telegram channel's own")
+    _callback_handlers[verb] = fn
+
+
+def use_reply_handler(fn: Callable[[Any, dict], bool]) -> None:
+    """Offer every person's reply to a message (a `Message` with `reply_to_message`) to
+    `fn(bot, message)` first; it returns True when the reply was its own (e.g. the answer to a
+    `force_reply` prompt it sent). Call from `AppConfig.ready()`."""
+    if fn not in _reply_handlers:
+        _reply_handlers.append(fn)
+
+
 @dataclasses.dataclass
 class _TextCommands:
     handle: Callable[..., Any] | None = None
@@ -82,7 +107,11 @@ def toast_text(answer: dict, language: str) -> str:
 def on_callback(action: CardAction):
     """Registry handler of `{"kind": "telegram", "data": <callback_data>}` (see the module
     docstring). Unknown or foreign data → a warning toast, nothing written."""
-    parsed = render.parse_callback_data(action.value.get("data"))
+    data = action.value.get("data")
+    handed_over = _callback_handlers.get(data.partition(":")[0]) if isinstance(data, str) else None
+    if handed_over is not None:
+        return handed_over(action)
+    parsed = render.parse_callback_data(data)
     if parsed is None:
         return Answer.warning(_("This button has no action Cardloop understands."))
     verb, public_id, numbers = parsed
@@ -114,8 +143,14 @@ def on_message(event) -> None:
     sender = message.get("from") if isinstance(message.get("from"), dict) else {}
     chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
     text = message.get("text")
+    if sender.get("is_bot"):
+        return
+    if isinstance(message.get("reply_to_message"), dict):
+        for reply_handler in _reply_handlers:
+            if reply_handler(event.bot, message):
+                return
     handle = _text_commands.handle
-    if sender.get("is_bot") or not isinstance(text, str) or handle is None:
+    if not isinstance(text, str) or handle is None:
         return
     reply = handle(
         event.bot, text, open_id=str(sender.get("id") or ""), chat_id=str(chat.get("id") or "")
