@@ -23,6 +23,7 @@ class InteractionsConfig(AppConfig):
         from interactions.channels.feishu.channel import FeishuChannel
         from interactions.channels.slack import ingress as slack_ingress
         from interactions.channels.slack.channel import SlackChannel
+        from interactions.channels.telegram import asks as telegram_asks
         from interactions.channels.telegram import handlers as telegram
         from interactions.channels.telegram.channel import TelegramChannel
         from interactions.channels.text import text_channels
@@ -51,3 +52,4 @@ class InteractionsConfig(AppConfig):
         registry.register(telegram.CALLBACK_KIND, telegram.on_callback)
         registry.register_event(telegram.MESSAGE_EVENT, telegram.on_message)
         telegram.use_text_commands(textcommands.handle, textcommands.SILENT_IN_CHATS)
+        telegram_asks.use_asks(asks.submit_answers, session_card.refresh_card)
