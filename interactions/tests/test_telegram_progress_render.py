@@ -146,9 +146,7 @@ def test_one_single_select_question_is_answered_by_a_tap_so_it_has_no_submit():
 
 def test_the_server_side_selection_ticks_options_and_shows_the_other_text():
     selection = Selection(picked={0: (1,), 1: (0, 2)}, other={1: "smoke test"})
-    message = progress.render_progress(
-        session(), [ask()], {"ask_0000000000000000": selection}
-    )
+    message = progress.render_progress(session(), [ask()], {"ask_0000000000000000": selection})
     texts = [b["text"] for b in buttons(message)]
     assert texts[:6] == [
         "1. SQLite",
