@@ -8,7 +8,8 @@
 | `channel` | `TelegramChannel`: send, queue edits, apply them (`editMessageText`) |
 | `ingress` | `POST /telegram/<bot_user_id>/webhook` (secret token, dedupe, dispatcher) |
 | `handlers` | what a tap (`callback_query`) or a typed command (`message`) does |
+| `progress` | the progress message with its asks as inline keyboards (pure) |
+| `asks` | asks on it: the server-side keyboard state, taps, "Other…" prompts and replies |
 
-Not built yet: feedback on final answers, progress cards and asks on Telegram (the ask
-renderers exist; the server-side multi-select state and sending asks here do not).
+Not built yet: feedback on final answers.
 """
