@@ -44,7 +44,10 @@ class InteractionsConfig(AppConfig):
         slack_ingress.use_text_commands(textcommands.handle, textcommands.SILENT_IN_CHATS)
         # Asks and progress cards: an ask's resolution re-renders its session's card (rendered
         # from the database when the queue applies it) and tells the requester's panels.
-        lifecycle.register_resolution_hook(Interaction.Kind.ASK, asks.on_resolved)
+        # An ask's Telegram keyboard state (its "Other" text too) goes with its resolution.
+        lifecycle.register_resolution_hook(
+            Interaction.Kind.ASK, telegram_asks.after_resolution(asks.on_resolved)
+        )
         cards.register_renderer(session_card.RENDERER, session_card.render_card_entity)
         registry.register("feishu_ask", ask_handlers.on_ask_action)
         registry.register("progress", ask_handlers.on_progress_action)

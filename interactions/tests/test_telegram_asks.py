@@ -384,6 +384,33 @@ def test_withdrawing_the_ask_removes_its_keyboard_and_a_late_tap_is_told(shown, 
     assert toasts(shown) == ["This question was withdrawn"]
 
 
+def test_a_withdrawn_ask_takes_its_held_choice_and_other_text_with_it(shown, api):
+    a = ask(api, SINGLE, MULTI)
+    run_worker()
+    post(tap(f"aq:{a.public_id}:1:0"))
+    post(tap(f"ao:{a.public_id}:0"))
+    prompt = TelegramReplyPrompt.objects.get()
+    post(tu.text_message("MariaDB", reply_to=tu.bot_message(prompt.message_id)))
+    assert state_of(a).other == {"0": "MariaDB"}
+    assert api.post(f"/api/v1/asks/{a.public_id}/cancel").status_code == 200
+    assert state_of(a) is None and not TelegramReplyPrompt.objects.exists()
+
+
+def test_a_rate_limited_edit_is_retried_no_sooner_than_retry_after(shown, api):
+    a = ask(api, MULTI)
+    run_worker()
+    post(tap(f"aq:{a.public_id}:0:1"))
+    shown.rate_limit("editMessageText", retry_after=30)
+    before = timezone.now()
+    CardEntity.objects.update(next_send_at=before)
+    worker.run_due()
+    card = CardEntity.objects.get(pk=a.card_id)
+    assert card.next_send_at >= before + timedelta(seconds=30)
+    assert worker.run_due() == 0  # not due yet
+    run_worker()
+    assert "✓ Lint" in button_texts(shown)
+
+
 def test_a_terminal_progress_update_withdraws_the_ask_and_leaves_only_details(shown, api):
     a = ask(api, MULTI)
     run_worker()

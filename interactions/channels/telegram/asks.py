@@ -205,11 +205,23 @@ def set_other(
 
 
 def forget(ask: Interaction) -> None:
-    """Delete `ask`'s keyboard state and prompts (after its answer: the "Other" text then
-    lives in the ask's resolution only)."""
+    """Delete `ask`'s keyboard state and prompts (once it is final: an answered ask's "Other"
+    text then lives in its resolution only, a withdrawn or expired ask's nowhere)."""
     with transaction.atomic():
         TelegramAskState.objects.filter(ask_id=ask.pk).delete()
         TelegramReplyPrompt.objects.filter(ask_id=ask.pk).delete()
+
+
+def after_resolution(hook: Callable[[Interaction], None]) -> Callable[[Interaction], None]:
+    """The asks' `resolve()` hook `hook` followed by `forget`, both inside the winning
+    transaction (registered in `ready()`: every way an ask ends — answered anywhere,
+    cancelled, expired — drops its Telegram state)."""
+
+    def resolved(ask: Interaction) -> None:
+        hook(ask)
+        forget(ask)
+
+    return resolved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,15 +264,13 @@ def _checked(action: CardAction, public_id: str):
 
 
 def submit(bot, ask: Interaction, answers: list[dict[str, Any]], operator: str):
-    """Answer `ask` with `answers` through `submit_answers` (via card); the winner's state is
-    forgotten. Returns `(toast type, lazy text)` saying what happened."""
+    """Answer `ask` with `answers` through `submit_answers` (via card). Returns `(toast type, lazy text)` saying what happened."""
     if _domain.submit_answers is None:
         return "warning", INVALID
     outcome = _domain.submit_answers(
         bot, ask.public_id, answers, via=Interaction.Via.CARD, operator_open_id=operator
     )
-    if outcome.won:
-        forget(ask)
+    if outcome.won:  # its state went with the resolution (`after_resolution`)
         return "success", SUBMITTED
     if outcome.code == "empty_answer":
         return "warning", INCOMPLETE
