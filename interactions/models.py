@@ -799,6 +799,11 @@ class ProgressSessionQuerySet(models.QuerySet):
         """The session whose progress card is `card` (0 or 1 row)."""
         return self.filter(card=card)
 
+    def for_message(self, bot: Bot, open_message_id: str):
+        """The session of `bot` whose progress message is `open_message_id` (0 or 1 row;
+        none for "")."""
+        return self.filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
+
 
 class ProgressSession(models.Model):
     """The progress card of one agent session (`PUT /api/v1/sessions/<session_id>/progress`).

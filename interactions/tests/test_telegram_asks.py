@@ -25,12 +25,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import HttpCommunicator
 from django.db import connections
-from django.test import override_settings
 from django.utils import timezone
-from rest_framework.test import APIClient
 
-from botadmin import services
-from botadmin.models import TelegramBot
 from feedback.models import Event
 from interactions.asks import service as asks_service
 from interactions.cardqueue import worker
@@ -44,13 +40,18 @@ from interactions.models import (
     TelegramAskState,
     TelegramReplyPrompt,
 )
+from interactions.tests.telegram_helpers import *  # noqa: F403 - the stub fixture
+from interactions.tests.telegram_helpers import (
+    BOT_ID,
+    TOKEN,
+    api_client,
+    run_worker,
+    telegram_bot,
+)
 from tests import telegram_updates as tu
-from tests.telegram_stub import TelegramStub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BOT_ID = 123456789
-TOKEN = f"{BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
 SECRET = "wh-secret_asks"
 SESSION = "sess_tg_1"
 CHAT = str(tu.GROUP_CHAT_ID)
@@ -71,29 +72,13 @@ MULTI = {
 
 
 @pytest.fixture
-def stub():
-    stub = TelegramStub(tokens={TOKEN: "cl_bot"}).start()
-    with override_settings(CARDLOOP_TELEGRAM_API_BASE_URL=stub.base_url):
-        yield stub
-    stub.stop()
-
-
-@pytest.fixture
 def tg(make_bot):
-    tg = TelegramBot.objects.create(
-        bot=make_bot(app_id="cli_tg_asks", card_language="en"), bot_user_id=BOT_ID
-    )
-    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
-    services.set_telegram_secret(None, tg, "webhook_secret", SECRET)
-    return tg
+    return telegram_bot(make_bot, "cli_tg_asks", SECRET)
 
 
 @pytest.fixture
 def api(tg, make_api_key):
-    raw, _key = make_api_key(tg.bot)
-    client = APIClient(HTTP_ACCEPT_LANGUAGE="en")
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
+    return api_client(make_api_key, tg.bot)
 
 
 def start_session(api, **fields):
@@ -125,12 +110,6 @@ def shown(stub, api):
     start_session(api)
     run_worker()
     return stub
-
-
-def run_worker() -> int:
-    CardUpdate.objects.update(next_attempt_at=timezone.now())
-    CardEntity.objects.update(next_send_at=timezone.now())
-    return worker.run_due()
 
 
 async def _post(update: dict, secret: str | None):

@@ -53,7 +53,6 @@ from interactions.callbacks.registry import Answer, CardAction, Toast
 from interactions.channels.telegram import botapi, render
 from interactions.models import (
     Ask,
-    CardEntity,
     Interaction,
     ProgressSession,
     TelegramAskState,
@@ -231,13 +230,7 @@ def after_resolution(hook: Callable[[Interaction], None]) -> Callable[[Interacti
 
 def session_of_message(bot, open_message_id: str) -> ProgressSession | None:
     """The progress session shown in message `open_message_id` (`tg:<chat>:<message>`)."""
-    if not open_message_id:
-        return None
-    return (
-        ProgressSession.objects.select_related("card")
-        .filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
-        .first()
-    )
+    return ProgressSession.objects.for_message(bot, open_message_id).select_related("card").first()
 
 
 def _stale(ask: Interaction):
