@@ -257,7 +257,8 @@ def _checked(action: CardAction, public_id: str):
 
 
 def submit(bot, ask: Interaction, answers: list[dict[str, Any]], operator: str):
-    """Answer `ask` with `answers` through `submit_answers` (via card). Returns `(toast type, lazy text)` saying what happened."""
+    """Answer `ask` with `answers` through `submit_answers` (via card). Returns `(toast type,
+    lazy text)` saying what happened."""
     if _domain.submit_answers is None:
         return "warning", INVALID
     outcome = _domain.submit_answers(
@@ -345,9 +346,10 @@ def _prompt_other(action: CardAction, ask: Interaction, session: ProgressSession
 
 
 def on_progress_tap(action: CardAction, act: str):
-    """The "Cancel task" / "Session details" buttons (`pg:c` / `pg:d`): the `progress` click of the
-    tapped message (`{"kind": "progress", "act": act}`), answered by its registered handler
-    (requester-only cancel, recorded once; the details toast). Only the toast is kept."""
+    """The "Cancel task" / "Session details" buttons (`pg:c` / `pg:d`): the `progress`
+    click of the tapped message (`{"kind": "progress", "act": act}`), answered by its
+    registered handler (requester-only cancel, recorded once; the details toast). Only the
+    toast is kept."""
     handler = registry.handler_for(PROGRESS_KIND)
     if handler is None:
         return Answer.warning(INVALID)

@@ -15,7 +15,8 @@ budget, dedupe on `update_id`, durable claims):
   task" / "Session details" (`pg:`) goes to `interactions.channels.telegram.asks`;
 - `on_message` (event type `telegram.message`): a reply to an "Other…" prompt is that
   question's text (`asks.on_reply`, answered in the sender's language); a
-  `/_interaction <id> <value>` text is the typed command (`interactions.approvals.textcommands.handle`, handed over at startup with
+  `/_interaction <id> <value>` text is the typed command
+  (`interactions.approvals.textcommands.handle`, handed over at startup with
   `use_text_commands`), replied to in the sender's language (`from.language_code`).
 
 Never logs message text, button data or user ids.
