@@ -23,6 +23,7 @@ class InteractionsConfig(AppConfig):
         from interactions.channels.feishu.channel import FeishuChannel
         from interactions.channels.slack import ingress as slack_ingress
         from interactions.channels.slack.channel import SlackChannel
+        from interactions.channels.telegram import asks as telegram_asks
         from interactions.channels.telegram import handlers as telegram
         from interactions.channels.telegram.channel import TelegramChannel
         from interactions.channels.text import text_channels
@@ -43,7 +44,10 @@ class InteractionsConfig(AppConfig):
         slack_ingress.use_text_commands(textcommands.handle, textcommands.SILENT_IN_CHATS)
         # Asks and progress cards: an ask's resolution re-renders its session's card (rendered
         # from the database when the queue applies it) and tells the requester's panels.
-        lifecycle.register_resolution_hook(Interaction.Kind.ASK, asks.on_resolved)
+        # An ask's Telegram keyboard state (its "Other" text too) goes with its resolution.
+        lifecycle.register_resolution_hook(
+            Interaction.Kind.ASK, telegram_asks.after_resolution(asks.on_resolved)
+        )
         cards.register_renderer(session_card.RENDERER, session_card.render_card_entity)
         registry.register("feishu_ask", ask_handlers.on_ask_action)
         registry.register("progress", ask_handlers.on_progress_action)
@@ -51,3 +55,4 @@ class InteractionsConfig(AppConfig):
         registry.register(telegram.CALLBACK_KIND, telegram.on_callback)
         registry.register_event(telegram.MESSAGE_EVENT, telegram.on_message)
         telegram.use_text_commands(textcommands.handle, textcommands.SILENT_IN_CHATS)
+        telegram_asks.use_asks(asks.submit_answers, session_card.refresh_card)

@@ -3,13 +3,14 @@
 - `InboundEvent` (callback dedupe), `CardEntity` (cards Cardloop updates), `CardUpdate` (the
   durable card-update queue);
 - `Interaction` (approvals, quick replies, forms, typed commands, asks) with `ApprovalRule`,
-  `Ask` (a proxy), `ProgressSession`, `PanelPresence`.
+  `Ask` (a proxy), `ProgressSession`, `PanelPresence`;
+- `TelegramAskState`, `TelegramReplyPrompt` (the keyboard state of asks on Telegram).
 
 State changes live in service modules next to these models: `interactions.callbacks.inbound`
 (claim / finish / prune of `InboundEvent`), `interactions.cardqueue.service` (send, register,
 enqueue, release holds) and `.worker` (apply queued updates), `interactions.lifecycle.resolve`
 (the one interaction state change), `interactions.approvals.service`, `interactions.asks`,
-`interactions.presence`. Hand-written SQL is only in the querysets below, each saying
+`interactions.presence`, `interactions.channels.telegram.asks`. Hand-written SQL is only in the querysets below, each saying
 why.
 """
 
@@ -798,6 +799,11 @@ class ProgressSessionQuerySet(models.QuerySet):
         """The session whose progress card is `card` (0 or 1 row)."""
         return self.filter(card=card)
 
+    def for_message(self, bot: Bot, open_message_id: str):
+        """The session of `bot` whose progress message is `open_message_id` (0 or 1 row;
+        none for "")."""
+        return self.filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
+
 
 class ProgressSession(models.Model):
     """The progress card of one agent session (`PUT /api/v1/sessions/<session_id>/progress`).
@@ -897,6 +903,77 @@ class ProgressSession(models.Model):
     def shows_forms(self) -> bool:
         """Only a running session's card carries ask forms (terminal / recovering: none)."""
         return self.status == self.Status.RUNNING
+
+
+# ---------------------------------------------------------------------------------------------
+# Telegram: the keyboard state of asks (Telegram has no forms)
+# ---------------------------------------------------------------------------------------------
+
+
+class TelegramAskState(models.Model):
+    """What the requester chose so far on the inline keyboard of a pending ask shown on a
+    Telegram progress message (Telegram has no form inputs: a tap carries 1-64 bytes of
+    `callback_data`, https://core.telegram.org/bots/api#inlinekeyboardbutton, so the choice
+    is held here until Submit).
+
+    - `picked`: `{"<question index>": [option index, …]}` (multi-select: the ticked options;
+      single-select: the one tapped);
+    - `other`: `{"<question index>": "text"}`, the reply to the "Other…" prompt (≤ 1000
+      characters, the asks' customInput limit); deleted with the row when the ask is answered;
+    - `taps`: the dedupe ids (`tg:<update_id>`) of the last taps applied, so a tap whose
+      handler runs again (after a crash) does not toggle twice.
+
+    Changed only by `interactions.channels.telegram.asks` (one transaction, the ask's row
+    locked first, the lock order of `resolve()`)."""
+
+    #: How many applied tap ids are remembered.
+    MAX_TAPS = 50
+
+    ask = models.OneToOneField(
+        Interaction,
+        on_delete=models.CASCADE,
+        related_name="telegram_state",
+        verbose_name=_("ask"),
+    )
+    picked = models.JSONField(_("options chosen"), default=dict, blank=True)
+    other = models.JSONField(_("other text"), default=dict, blank=True)
+    taps = models.JSONField(_("applied taps"), default=list, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("Telegram ask state")
+        verbose_name_plural = _("Telegram ask states")
+
+    def __str__(self) -> str:
+        return f"state of {self.ask_id}"
+
+
+class TelegramReplyPrompt(models.Model):
+    """A `force_reply` prompt Cardloop sent for the "Other…" answer of question `question`
+    of `ask` (https://core.telegram.org/bots/api#forcereply): a reply to message
+    `message_id` in chat `chat_id` of `bot` (`reply_to_message`) becomes that question's
+    text. Deleted with the ask's state when it is answered."""
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="+", verbose_name=_("bot"))
+    chat_id = models.CharField(_("chat_id"), max_length=64)
+    message_id = models.BigIntegerField(_("message id"))
+    ask = models.ForeignKey(
+        Interaction, on_delete=models.CASCADE, related_name="+", verbose_name=_("ask")
+    )
+    question = models.PositiveSmallIntegerField(_("question index"))
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("Telegram reply prompt")
+        verbose_name_plural = _("Telegram reply prompts")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "chat_id", "message_id"], name="telegram_reply_prompt_message"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"prompt {self.message_id} → {self.ask_id}:{self.question}"
 
 
 # ---------------------------------------------------------------------------------------------

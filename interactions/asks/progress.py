@@ -35,7 +35,7 @@ from interactions import channels, events, kinds
 from interactions.asks.card import RENDERER, refresh_card, render_session
 from interactions.asks.service import AskRefused, invalidate_session_asks
 from interactions.cardqueue import service as cards
-from interactions.models import Ask, CardEntity, ProgressSession
+from interactions.models import Ask, ProgressSession
 
 log = logging.getLogger(__name__)
 
@@ -226,13 +226,7 @@ def _shows_progress(kind: str) -> bool:
 
 def session_for_message(bot: Bot, open_message_id: str) -> ProgressSession | None:
     """The progress session whose card is in message `open_message_id`, or None."""
-    if not open_message_id:
-        return None
-    return (
-        ProgressSession.objects.select_related("card")
-        .filter(bot=bot, card__in=CardEntity.objects.for_message(bot, open_message_id))
-        .first()
-    )
+    return ProgressSession.objects.for_message(bot, open_message_id).select_related("card").first()
 
 
 def request_cancel(session: ProgressSession, *, operator_open_id: str) -> bool:

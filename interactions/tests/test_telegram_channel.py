@@ -11,50 +11,37 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.test import Client, override_settings
+from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from botadmin import services
-from botadmin.models import TelegramBot
 from interactions.cardqueue import worker
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import CardEntity, CardUpdate, Interaction
+from interactions.tests.telegram_helpers import *  # noqa: F403 - the stub fixture
+from interactions.tests.telegram_helpers import (
+    BOT_ID,
+    TOKEN,
+    api_client,
+    run_worker,
+    telegram_bot,
+)
 from plumbing.workqueue import WorkStatus
 from tests import telegram_updates as tu
-from tests.telegram_stub import TelegramStub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BOT_ID = 123456789
-TOKEN = f"{BOT_ID}:AAStubTokenStubTokenStubTokenStub0"
 SECRET = "wh-secret_channel"
 
 
 @pytest.fixture
-def stub():
-    stub = TelegramStub(tokens={TOKEN: "cl_bot"}).start()
-    with override_settings(CARDLOOP_TELEGRAM_API_BASE_URL=stub.base_url):
-        yield stub
-    stub.stop()
-
-
-@pytest.fixture
 def tg(make_bot):
-    tg = TelegramBot.objects.create(
-        bot=make_bot(app_id="cli_tg_channel", card_language="en"), bot_user_id=BOT_ID
-    )
-    services.set_telegram_secret(None, tg, "bot_token", TOKEN)
-    services.set_telegram_secret(None, tg, "webhook_secret", SECRET)
-    return tg
+    return telegram_bot(make_bot, "cli_tg_channel", SECRET)
 
 
 @pytest.fixture
 def api(tg, make_api_key):
-    raw, _key = make_api_key(tg.bot)
-    client = APIClient(HTTP_ACCEPT_LANGUAGE="en")
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
+    return api_client(make_api_key, tg.bot)
 
 
 def create(api, **overrides):
@@ -89,12 +76,6 @@ def tap(ia, n, **kwargs):
     return tu.callback_query(
         f"ia:{ia.public_id}:{n}", message_id=ia.card.address["message_id"], **kwargs
     )
-
-
-def run_worker():
-    CardUpdate.objects.update(next_attempt_at=timezone.now())
-    CardEntity.objects.update(next_send_at=timezone.now())
-    return worker.run_due()
 
 
 def test_an_approval_is_sent_with_its_inline_keyboard_and_its_message_recorded(stub, api):

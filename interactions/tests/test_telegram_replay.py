@@ -96,3 +96,56 @@ def test_a_wrong_secret_is_answered_401_and_the_command_fails(live_server, tg, a
         replay(live_server, "callback_query.json", "--secret", "not-it")
     approval.refresh_from_db()
     assert approval.status == Interaction.Status.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_replayed_taps_and_a_prompt_reply_answer_an_ask_on_a_progress_message(live_server, tg):
+    """`--progress` aims a tap at the session's progress message and `--reply-to-prompt`
+    replies to the "Other…" prompt (both sent in dry run: no bot token)."""
+    from interactions.asks import progress as progress_sessions
+    from interactions.asks import service as asks_service
+
+    progress_sessions.update_progress(
+        tg.bot,
+        "s-1",
+        status="running",
+        title="Deploying",
+        receive_id="4242",
+        channel="telegram",
+        requester_open_id="4242",
+    )
+    questions = [
+        {"question": "Which database?", "options": [{"label": "SQLite"}], "multiSelect": False},
+        {"question": "Which checks?", "options": [{"label": "Lint"}], "multiSelect": True},
+    ]
+    ask = asks_service.register_ask(tg.bot, "s-1", questions=questions).ask
+    replay(
+        live_server,
+        "callback_query.json",
+        "--progress",
+        "s-1",
+        "--set",
+        f"callback_query.data=ao:{ask.public_id}:0",
+    )
+    replay(live_server, "message_command.json", "--reply-to-prompt", "--set", "message.text=DuckDB")
+    for data in (f"aq:{ask.public_id}:1:0", f"as:{ask.public_id}"):
+        replay(
+            live_server,
+            "callback_query.json",
+            "--progress",
+            "s-1",
+            "--set",
+            f"callback_query.data={data}",
+        )
+    ask.refresh_from_db()
+    assert ask.status == Interaction.Status.RESOLVED
+    assert [a["customInput"] for a in ask.resolution["value"]] == ["DuckDB", ""]
+    assert ask.resolution["value"][1]["selectedLabels"] == ["Lint"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_and_prompt_options_say_what_is_missing(live_server, tg):
+    with pytest.raises(CommandError, match="no Telegram progress message"):
+        replay(live_server, "callback_query.json", "--progress", "nope")
+    with pytest.raises(CommandError, match="No 'Other…' prompt"):
+        replay(live_server, "message_command.json", "--reply-to-prompt")

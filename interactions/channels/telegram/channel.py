@@ -3,13 +3,13 @@
 | interface | Telegram |
 |---|---|
 | `render_interaction` | `render.render_interaction` (text + inline keyboard, Telegram's limits) |
-| `render_progress` | not on Telegram yet (`Unsupported`) |
+| `render_progress` | `progress.render_progress` (text + inline keyboard: the asks' options, Submit, Other…, Cancel task, Session details), with each ask's keyboard state read from `TelegramAskState` |
 | `render_feedback_area` | the feedback app's inline keyboard (`feedback.telegram_cards.keyboard`, handed over with `use_feedback_renderer`) |
 | `send` | `sendMessage`, recorded first as a `CardEntity` (`channel="telegram"`, `address={"chat_id", "message_id"}`) |
 | `update` | `interactions.cardqueue.service.enqueue_card` (the durable card-update queue) |
 | `apply_update` | `editMessageText` with the new keyboard (none for a final state), or `editMessageReplyMarkup` for an update without `text` (a final answer's feedback keyboard: its text is never stored); 429 → retry after Telegram's `retry_after` |
 | `reply_text` | `sendMessage` replying to the typed command |
-| `parse_callback` | a verified webhook `callback_query` → `CardAction` (`ingress.card_action_payload`) |
+| `parse_callback` | a verified webhook `callback_query` → `CardAction` (`ingress.card_action_payload`); taps on asks and progress buttons: `asks` |
 | `operator` | `callback_query.from.id` |
 
 Telegram allows about one message per second per chat (https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this),
@@ -31,7 +31,7 @@ from interactions import kinds
 from interactions.callbacks.registry import CardAction
 from interactions.cardqueue import service as cards
 from interactions.channels.base import Channel, ChannelSendError, Unsupported
-from interactions.channels.telegram import botapi, ingress, render
+from interactions.channels.telegram import asks, botapi, ingress, progress, render
 from interactions.models import CardEntity
 from interactions.render.bilingual import language_of
 
@@ -85,8 +85,16 @@ class TelegramChannel(Channel):
         with translation.override(language_of(ia)):
             return render.render_interaction(ia).to_json()
 
-    def render_progress(self, session, asks):
-        raise Unsupported("telegram: progress cards are shown on Feishu only")
+    shows_progress = True
+
+    def render_progress(self, session, asks_shown) -> dict[str, Any]:
+        """`{"text", "reply_markup"}` of `session`'s progress message with the pending asks
+        `asks_shown` (`progress.render_progress`, pure) in the bot's `card_language`. Reads
+        one thing besides its arguments: the asks' keyboard state (`TelegramAskState`, one
+        query), which Telegram cannot hold in the message."""
+        selections = asks.selections_for(list(asks_shown))
+        with translation.override(language_of(session)):
+            return progress.render_progress(session, list(asks_shown), selections).to_json()
 
     _feedback_renderer = None
 

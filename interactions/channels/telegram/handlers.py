@@ -11,8 +11,12 @@ budget, dedupe on `update_id`, durable claims):
   found through the registry: this package imports no domain module). The answer
   keeps only the toast (`answerCallbackQuery`'s `text`); the message is edited by the card
   queue after the answer.
-- `on_message` (event type `telegram.message`): a `/_interaction <id> <value>` text is the
-  typed command (`interactions.approvals.textcommands.handle`, handed over at startup with
+- asks and progress messages: a tap on an ask's button (`aq:` / `as:` / `ao:`) or on "Cancel
+  task" / "Session details" (`pg:`) goes to `interactions.channels.telegram.asks`;
+- `on_message` (event type `telegram.message`): a reply to an "Other…" prompt is that
+  question's text (`asks.on_reply`, answered in the sender's language); a
+  `/_interaction <id> <value>` text is the typed command
+  (`interactions.approvals.textcommands.handle`, handed over at startup with
   `use_text_commands`), replied to in the sender's language (`from.language_code`).
 
 Never logs message text, button data or user ids.
@@ -31,7 +35,7 @@ from django.utils.translation import gettext_lazy as _
 
 from interactions.callbacks import registry
 from interactions.callbacks.registry import Answer, CardAction
-from interactions.channels.telegram import botapi, render
+from interactions.channels.telegram import asks, botapi, progress, render
 from interactions.models import Interaction
 
 log = logging.getLogger(__name__)
@@ -113,8 +117,13 @@ def on_callback(action: CardAction):
         return handed_over(action)
     parsed = render.parse_callback_data(data)
     if parsed is None:
+        act = progress.progress_act(action.value.get("data"))
+        if act is not None:
+            return asks.on_progress_tap(action, act)
         return Answer.warning(_("This button has no action Cardloop understands."))
     verb, public_id, numbers = parsed
+    if verb in (render.PICK, render.SUBMIT, render.OTHER):
+        return asks.on_ask_tap(action, verb, public_id, numbers)
     if verb != render.INTERACTION:
         return Answer.warning(_("This button is not supported. Please refresh the card."))
     ia = Interaction.objects.filter(bot=action.bot, public_id=public_id).only("actions").first()
@@ -135,7 +144,8 @@ def on_callback(action: CardAction):
 
 def on_message(event) -> None:
     """Registry handler of `telegram.message` events (`LarkEvent.event` is the Telegram
-    `Message`, https://core.telegram.org/bots/api#message): a `/_interaction` text from a
+    `Message`, https://core.telegram.org/bots/api#message): a reply to an "Other…" prompt
+    goes to `asks.on_reply` and its outcome is replied; a `/_interaction` text from a
     person is answered like the API's text command and replied to in their language, except
     unknown ids and incomplete commands in chats (`SILENT_IN_CHATS`: they may be for another
     bot). Everything else is ignored."""
@@ -150,6 +160,10 @@ def on_message(event) -> None:
             if reply_handler(event.bot, message):
                 return
     handle = _text_commands.handle
+    answered = asks.on_reply(event.bot, message, event_id=event.event_id)
+    if answered is not None:
+        _reply(event.bot, message, answered, sender)
+        return
     if not isinstance(text, str) or handle is None:
         return
     reply = handle(
@@ -165,11 +179,17 @@ def on_message(event) -> None:
         reply.code,
         reply.interaction.public_id if reply.interaction else "-",
     )
-    tg = getattr(event.bot, "telegram_bot", None)
+    _reply(event.bot, message, reply.text, sender)
+
+
+def _reply(bot, message: dict, text, sender: dict) -> None:
+    """Reply `text` (lazy or str) to `message` in the sender's language; failures logged."""
+    chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
+    tg = getattr(bot, "telegram_bot", None)
     if tg is None or not chat.get("id"):
         return
     with translation.override(reader_language(sender)):
-        body = str(reply.text)
+        body = str(text)
     try:
         botapi.send_message(
             tg.secret("bot_token"),
@@ -180,4 +200,4 @@ def on_message(event) -> None:
             reply_to_message_id=message.get("message_id"),
         )
     except botapi.TelegramApiError as exc:
-        log.warning("telegram text command reply failed: %s", exc.description)
+        log.warning("telegram reply failed: %s", exc.description)

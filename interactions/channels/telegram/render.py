@@ -118,7 +118,8 @@ def parse_callback_data(data: Any) -> tuple[str, str, tuple[int, ...]] | None:
 
 def limit_problems(message: TelegramMessage) -> list[str]:
     """Every way `message` breaks Telegram's limits (empty when it is fine): text length,
-    keyboard shape and size, button text, callback_data bytes."""
+    keyboard shape and size, button text, callback_data bytes (a button has callback_data,
+    or an http(s) `url` instead)."""
     problems = []
     if not 1 <= tg_len(message.text) <= MAX_TEXT:
         problems.append(f"text is {tg_len(message.text)} characters; Telegram allows 1-4096")
@@ -137,6 +138,11 @@ def limit_problems(message: TelegramMessage) -> list[str]:
         text = button.get("text") if isinstance(button, dict) else None
         if not isinstance(text, str) or not text.strip():
             problems.append(f"button {n} has no text")
+        url = button.get("url") if isinstance(button, dict) else None
+        if isinstance(url, str) and url.startswith(("https://", "http://")):
+            if "callback_data" in button:
+                problems.append(f"button {n} has both url and callback_data")
+            continue
         data = button.get("callback_data") if isinstance(button, dict) else None
         size = len(data.encode("utf-8")) if isinstance(data, str) else 0
         if not 1 <= size <= MAX_CALLBACK_DATA:
