@@ -97,8 +97,9 @@ def form_values(state: dict[str, Any]) -> dict[str, Any]:
 def neutral_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """A verified Slack `block_actions` payload as the channel-neutral callback body the
     dispatcher and `CardAction.from_payload` read (event id, action value, form values,
-    operator, message and chat), so Slack clicks run the same handlers, dedupe and budget as
-    Feishu's. Identity is the payload's `user.id` and `team.id`, never a button value."""
+    operator, message and chat; `header.channel` "slack"), so Slack clicks run the same
+    handlers, dedupe and budget as Feishu's. The message is named by its `ts`
+    (`open_message_id`), which `send` records on the message's `CardEntity`. Identity is the payload's `user.id` and `team.id`, never a button value."""
     actions = payload.get("actions") or []
     first = actions[0] if actions and isinstance(actions[0], dict) else {}
     raw = first.get("value")
@@ -116,6 +117,7 @@ def neutral_payload(payload: dict[str, Any]) -> dict[str, Any]:
             "event_type": "card.action.trigger",
             "app_id": str(payload.get("api_app_id") or ""),
             "tenant_key": str((payload.get("team") or {}).get("id") or ""),
+            "channel": kinds.SLACK,
         },
         "event": {
             "operator": {"open_id": str((payload.get("user") or {}).get("id") or "")},
