@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 from django.utils import translation
 from rest_framework.test import APIClient
 
@@ -155,9 +156,13 @@ def test_the_requesters_submit_answers_wakes_the_long_poll_and_the_form_leaves_t
     run_queue()
     ask = Ask.objects.get(public_id=request_id)
     result = {}
-    poll = threading.Thread(
-        target=lambda: result.update(response=api.get(f"/api/v1/asks/{request_id}?wait=20"))
-    )
+    def long_poll():
+        try:
+            result["response"] = api.get(f"/api/v1/asks/{request_id}?wait=20")
+        finally:
+            connection.close()  # this thread's connection (PostgreSQL drops the test DB)
+
+    poll = threading.Thread(target=long_poll)
     poll.start()
     time.sleep(0.3)
     status, answer = submit(
