@@ -156,6 +156,7 @@ def test_the_requesters_submit_answers_wakes_the_long_poll_and_the_form_leaves_t
     run_queue()
     ask = Ask.objects.get(public_id=request_id)
     result = {}
+
     def long_poll():
         try:
             result["response"] = api.get(f"/api/v1/asks/{request_id}?wait=20")
