@@ -3,7 +3,9 @@
 | interface | Slack |
 |---|---|
 | `render_interaction` | `blocks.interaction_message` (Block Kit `{"text", "blocks"}`) |
-| `send` | `chat.postMessage` (`webapi.post_message`), recorded as a `CardEntity` (`channel="slack"`, `address={"channel", "ts"}`) |
+| `render_progress` | `progress.message`: the session's progress message, pending asks as input-block forms named like the Feishu form fields (`shows_progress`) |
+| `render_feedback_area` | the feedback app's handed-over Block Kit area |
+| `send` | `chat.postMessage` (`webapi.post_message`), recorded as a `CardEntity` (`channel="slack"`, `address={"channel", "ts"}`, `open_message_id` = the `ts`) |
 | `update` | `interactions.cardqueue.service.enqueue_card` (the durable card-update queue) |
 | `apply_update` | `chat.update` (`webapi.update_message`); HTTP 429 → `UpdateFailed(retry_after=…)` |
 | `reply_text` | `chat.postMessage` in the typed command's thread |
