@@ -355,3 +355,49 @@ def test_an_answer_card_for_a_slack_click_is_left_out_without_a_warning_or_an_up
     assert dispatcher._checked_card(slack_app.bot, action, answer) == {"toast": answer["toast"]}
     assert "answer card invalid" not in caplog.text
     assert not CardUpdate.objects.exists()
+
+
+def test_capabilities_still_report_slack_with_buttons_forms_and_updates(api):
+    slack = api.get("/api/v1/capabilities").json()["channels"]["slack"]
+    assert slack["buttons"] and slack["forms"] and slack["update"]
+
+
+def test_slack_ask_replay_submits_the_chosen_options_against_a_live_server(
+    api, shown, slack_stub, live_server, monkeypatch
+):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    request_id = post_ask(api).json()["requestId"]
+    out = io.StringIO()
+    common = ["--url", live_server.url, "--set", f"response_url={slack_stub.response_url('a')}"]
+    with pytest.raises(CommandError):
+        call_command("slack_ask_replay", "ask_nope", "--user", REQUESTER, *common, stdout=out)
+    call_command(
+        "slack_ask_replay",
+        request_id,
+        "--user",
+        REQUESTER,
+        "--answer",
+        "0=1",
+        "--answer",
+        "1=0,2",
+        "--other",
+        "1=smoke test",
+        *common,
+        stdout=out,
+    )
+    assert "200 in" in out.getvalue()
+    ask = Ask.objects.get(public_id=request_id)
+    assert ask.status == "resolved" and ask.resolution["operator"] == REQUESTER
+    assert ask.resolution["value"][1] == {
+        "question": QUESTIONS[1]["question"],
+        "selectedLabels": ["Unit tests", "Migrations"],
+        "customInput": "smoke test",
+    }
+    deadline = time.monotonic() + 5  # told after the answer left the live server
+    while not ephemeral(slack_stub, "a") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ephemeral(slack_stub, "a") == [told(api.bot, handlers.SUBMITTED)]

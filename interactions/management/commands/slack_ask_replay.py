@@ -1,4 +1,4 @@
-"""`python manage.py slack_ask_replay <ask_id> --user U… [--answer I=CHOICE …] [--other I=TEXT …] [--url …]`
+"""`python manage.py slack_ask_replay <ask_id> --user U… [--answer I=CHOICE …] [--other I=TEXT …] [--set …] [--url …]`
 
 Replay a signed Slack submit of an ask on its session's Slack progress message, as Slack would
 send it: `slack_replay` with `tests/fixtures/slack/block_actions.json` pointed at the message
@@ -7,7 +7,8 @@ on it), with the form's inputs in `state.values` as Slack sends them (block_id �
 state; https://api.slack.com/reference/interaction-payloads/block-actions). `--answer I=CHOICE`
 picks options of question I (0-based): one option index for a single-select, indices separated
 by commas for a multi-select; `--other I=TEXT` fills question I's "other" input. The clicker is
-`--user` (the payload's `user.id`); only the ask's requester is answered.
+`--user` (the payload's `user.id`); only the ask's requester is answered. `--set path=value`
+overrides a field afterwards, as in `slack_replay`.
 
     python manage.py slack_ask_replay ask_… --user U0DEMOREQUESTER --answer 0=1 --answer 1=0,2
 """
@@ -78,8 +79,15 @@ class Command(BaseCommand):
             "--other", action="append", default=[], metavar="I=TEXT", help="The 'other' text."
         )
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="Cardloop base URL.")
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="PATH=VALUE",
+            help="Override a field after the ask's (passed on to slack_replay).",
+        )
 
-    def handle(self, *args, ask, user, answer, other, url, **options):
+    def handle(self, *args, ask, user, answer, other, url, set, **options):  # noqa: A002
         found = Ask.objects.select_related("bot").filter(public_id=ask).first()
         if found is None:
             raise CommandError(f"No ask {ask!r}.")
@@ -105,6 +113,7 @@ class Command(BaseCommand):
             # the button value is a string holding JSON (as Slack sends it back)
             f"actions.0.value={json.dumps(value)}",
             f"state.values={json.dumps(state, ensure_ascii=False)}",
+            *set,
         ]
         call_command(
             "slack_replay",
