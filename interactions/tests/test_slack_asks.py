@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 
 from feedback.models import Event
 from interactions.asks import handlers
+from interactions.asks import service as asks
 from interactions.channels.slack import blocks
 from interactions.channels.slack.progress import LINK_PREFIX
 from interactions.models import Ask, CardUpdate, InboundEvent, ProgressSession
@@ -401,3 +402,21 @@ def test_slack_ask_replay_submits_the_chosen_options_against_a_live_server(
     while not ephemeral(slack_stub, "a") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ephemeral(slack_stub, "a") == [told(api.bot, handlers.SUBMITTED)]
+
+
+def test_an_mcp_ask_of_a_slack_session_goes_on_its_slack_message(api, shown, slack_stub):
+    """`ask_user_questions` over MCP registers through `asks.register_ask` with the token's
+    session: the ask takes the session's channel and its form goes on the Slack message; a
+    token naming a Feishu requester for a Slack session is refused by name."""
+    from interactions.mcp import tools
+    from interactions.mcp.tokens import issue_token
+
+    _raw, token = issue_token(None, api.bot, SESSION, chat_id=CHAT)
+    ask, _call = tools._register_ask(token, {"questions": QUESTIONS}, "rpc-1")
+    assert ask.channel == "slack" and ask.requester_open_id == REQUESTER
+    run_queue()
+    assert inputs_of(slack_stub, shown) == ["q0", "c0", "q1", "c1"]
+    _raw, feishu_token = issue_token(None, api.bot, SESSION, requester_open_id="ou_someone")
+    with pytest.raises(asks.AskRefused) as refused:
+        tools._register_ask(feishu_token, {"questions": QUESTIONS}, "rpc-2")
+    assert refused.value.code == "requester_channel"
