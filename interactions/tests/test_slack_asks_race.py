@@ -8,7 +8,6 @@ ASGI app in its own thread, concurrently; both enter `asks.submit_answers` toget
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 from channels.db import database_sync_to_async
@@ -25,28 +24,10 @@ from interactions.tests.ask_helpers import QUESTIONS, SESSION
 from interactions.tests.panel_helpers import communicator, receive, receive_until
 from interactions.tests.slack_helpers import *  # noqa: F403
 from interactions.tests.slack_helpers import CHAT, REQUESTER
+from interactions.tests.test_panel_race import ANSWERS, start_gate  # noqa: F401 - a fixture
 from interactions.tests.test_slack_asks import state_for, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ANSWERS = [
-    {"question": QUESTIONS[0]["question"], "selectedLabels": ["SQLite"], "customInput": ""},
-    {"question": QUESTIONS[1]["question"], "selectedLabels": ["Lint"], "customInput": ""},
-]
-
-
-@pytest.fixture
-def start_gate(monkeypatch):
-    """Both paths enter `asks.submit_answers` at the same moment in every round."""
-    real = asks.submit_answers
-    barrier = threading.Barrier(2, timeout=30)
-
-    def gated(*args, **kwargs):
-        barrier.wait()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(asks, "submit_answers", gated)
-    return barrier
 
 
 @pytest.fixture
@@ -129,14 +110,20 @@ async def _race(rounds, bot, session, stub):
 
 @pytest.mark.postgres
 async def test_a_panel_answer_and_a_slack_submit_racing_200_times_leave_one_winner_each(
-    slack_app, slack_stub, slack_progress, start_gate
+    slack_app,
+    slack_stub,
+    slack_progress,
+    start_gate,  # noqa: F811 - the imported fixture
 ):
     wins = await _race(200, slack_app.bot, slack_progress, slack_stub)
     assert sum(wins.values()) == 200
 
 
 async def test_a_panel_answer_and_a_slack_submit_racing_on_sqlite(
-    slack_app, slack_stub, slack_progress, start_gate
+    slack_app,
+    slack_stub,
+    slack_progress,
+    start_gate,  # noqa: F811 - the imported fixture
 ):
     if connection.vendor != "sqlite":
         pytest.skip("the PostgreSQL variant runs instead")

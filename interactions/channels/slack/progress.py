@@ -118,23 +118,11 @@ def message(
 
 
 def question_text(question: dict[str, Any], level: int = 0) -> str:
-    """The mrkdwn shown above a question's select: header, question, "(choose one or more)"
-    for a multi-select, option descriptions (shortened at `level` > 0,
-    `progress_cards.LEVELS`); the caller's text escaped."""
-    q_limit, d_limit, _s, _t = pc.LEVELS[level]
-    header = question.get("header") or ""
-    head = f"*{escape(header)}* · " if header else ""
-    lines = [f"{head}{escape(pc._cut(question['question'], q_limit))}"]
-    if question.get("multiSelect"):
-        lines.append(_("(choose one or more)"))
-    if d_limit != 0:
-        for option in question.get("options", []):
-            description = option.get("description") or ""
-            if description:
-                lines.append(
-                    f"• *{escape(option['label'])}*: {escape(pc._cut(description, d_limit))}"
-                )
-    return "\n".join(lines)
+    """The mrkdwn shown above a question's select (`progress_cards.question_markdown` in
+    Slack's markup): header, question, "(choose one or more)" for a multi-select, option
+    descriptions (shortened at `level` > 0, `progress_cards.LEVELS`); the caller's text
+    escaped."""
+    return pc.question_markdown(question, level, bold="*", bullet="•", escape=escape)
 
 
 def ask_blocks(ask: Interaction, level: int = 0) -> list[dict[str, Any]]:
