@@ -296,6 +296,8 @@ SPECTACULAR_SETTINGS = {
     ],
     "ENUM_NAME_OVERRIDES": {
         "ProgressStatusEnum": "interactions.models.ProgressSession.Status",
+        "ProgressChannelEnum": "interactions.api.serializers.asks.PROGRESS_CHANNELS",
+        "DeliveryChannelEnum": "feedback.models.Delivery.Channel",
         "ReviewItemStatusEnum": "analytics.models.review.ReviewItem.Status",
     },
 }

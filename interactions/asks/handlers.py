@@ -1,12 +1,18 @@
-"""The Feishu card-action handlers of progress cards: registry kinds `feishu_ask` (a form
-submit answering an ask) and `progress` (the "Cancel task" and "Session details" buttons).
-Registered in `InteractionsConfig.ready()`."""
+"""The card-action handlers of progress messages: registry kinds `feishu_ask` (a form submit
+answering an ask) and `progress` (the "Cancel task" and "Session details" buttons), for Feishu
+cards and Slack messages alike (a Slack click arrives as the same `CardAction`; its message is
+found by its `ts`). Registered in `InteractionsConfig.ready()`.
+
+Only Feishu shows a card in the callback answer (to the clicker at once); on Slack the answer
+is the toast (posted ephemerally) and the message changes through the card queue, which the
+state change itself fills (`refresh_card` from the resolve hook or `request_cancel`)."""
 
 from __future__ import annotations
 
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from interactions import kinds
 from interactions.asks import service as asks
 from interactions.asks.card import pending_asks, render_session
 from interactions.asks.progress import request_cancel, session_for_message
@@ -30,6 +36,14 @@ CANCEL_ALREADY = _("Cancellation was already requested")
 SESSION_ENDED = _("This task has already ended")
 
 
+def answer_card(session: ProgressSession | None):
+    """The card to put in a callback answer: the session's current Feishu card, None for a
+    session on another channel (its message is updated through the card queue) or none."""
+    if session is None or session.channel != kinds.FEISHU:
+        return None
+    return render_session(session)
+
+
 def _card_of(action) -> ProgressSession | None:
     """The progress session shown by the clicked message (never the ids inside `value`)."""
     return session_for_message(action.bot, action.open_message_id)
@@ -51,7 +65,7 @@ def on_ask_action(action):
     session = _card_of(action)
 
     def current_card():
-        return render_session(session) if session is not None else None
+        return answer_card(session)
 
     if value.get("act") != "submit":
         return Answer.warning(INVALID_ANSWER, card=current_card())
@@ -109,8 +123,8 @@ def on_progress_action(action):
     if action.operator_open_id != session.requester_open_id:
         return Answer.warning(NOT_SENDER)
     if session.is_terminal:
-        return Answer.info(SESSION_ENDED, card=render_session(session))
+        return Answer.info(SESSION_ENDED, card=answer_card(session))
     recorded = request_cancel(session, operator_open_id=action.operator_open_id)
     session.refresh_from_db()
     message = CANCEL_RECORDED if recorded else CANCEL_ALREADY
-    return Answer.success(message, card=render_session(session))
+    return Answer.success(message, card=answer_card(session))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -43,11 +44,12 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot
-from interactions import presence
+from interactions import kinds, presence
 from interactions.asks import card as session_card
 from interactions.lifecycle.resolve import MAX_TIMEOUT, MIN_TIMEOUT, Outcome, expire, resolve
 from interactions.models import Ask, Interaction, ProgressSession
 from interactions.render import progress_cards
+from plumbing.fields import OPEN_ID_PATTERN
 from plumbing.parsers import ascii_int
 
 log = logging.getLogger(__name__)
@@ -389,6 +391,14 @@ def _repeated(existing: Interaction, session_id: str) -> Registration:
     return Registration(existing, False, bool(existing.card_id), False)
 
 
+def person_fits(channel: str, person_id: str) -> bool:
+    """Whether `person_id` has the shape of a person id on `channel` (Feishu `ou_…`, Slack
+    `U…`/`W…`, Telegram a number: `kinds.OPERATOR_ID_PATTERNS`); a channel without its own
+    pattern takes Feishu's."""
+    pattern = kinds.OPERATOR_ID_PATTERNS.get(channel, OPEN_ID_PATTERN)
+    return re.match(pattern, person_id) is not None
+
+
 def register_ask(
     bot: Bot,
     session_id: str,
@@ -409,7 +419,8 @@ def register_ask(
     the key of another session's ask is refused (`AskRefused` `idempotency_key_taken`).
 
     Raises `NoChannel` (nothing recorded) when neither surface exists, `AskRefused` when no
-    requester is known. `questions` must already be validated (the API serializer: 1–4
+    requester is known (`requester_required`) or the given one is not a person id of the
+    session's channel (`requester_channel`). `questions` must already be validated (the API serializer: 1–4
     questions, 1–10 options with unique labels). Timeout: DEFAULT_TIMEOUT (15 min), clamped
     to MIN_TIMEOUT..MAX_TIMEOUT.
     """
@@ -432,6 +443,13 @@ def register_ask(
                 if Interaction.objects.for_request(bot, idempotency_key).exists():
                     raise _key_taken()
             requester = requester_open_id or (session.requester_open_id if session else "")
+            if session is not None and requester and not person_fits(session.channel, requester):
+                raise AskRefused(
+                    "requester_channel",
+                    "requester_open_id",
+                    _("Use the requester's id on %(channel)s (the session's channel).")
+                    % {"channel": session.channel},
+                )
             if not requester:
                 raise AskRefused(
                     "requester_required",
@@ -456,7 +474,7 @@ def register_ask(
                 public_id=new_request_id(),
                 bot=bot,
                 kind=Interaction.Kind.ASK,
-                channel="feishu",
+                channel=session.channel if session is not None else kinds.FEISHU,
                 chat_id=chat_id or (session.chat_id or session.receive_id if session else ""),
                 requester_open_id=requester,
                 session_id=session_id,

@@ -558,10 +558,14 @@ def _as_answer(action, result) -> dict[str, Any]:
 def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:
     """A card in the answer must be valid Card JSON 2.0 (Feishu rejects the whole answer
     otherwise): when it is not, answer toast-only and
-    queue the card as an update after the answer."""
+    queue the card as an update after the answer. Only Feishu shows the card of an answer:
+    for a click from another channel (`action.channel`; Slack, whose messages are replaced
+    through the card queue by the handlers' own updates) the card is left out, nothing queued."""
     card = answer.get("card")
     if card is None:
         return answer
+    if action is not None and action.channel != "feishu":
+        return {k: v for k, v in answer.items() if k != "card"}
     data = card.get("data") if isinstance(card, dict) else None
     problems = ["$: the answer card must be {type: raw, data: {…}}"]
     if isinstance(card, dict) and card.get("type") == "raw":

@@ -177,6 +177,10 @@ class CardAction:
     checked: bool | None = None
     timezone: str = ""
     host: str = ""
+    #: The channel the click came from: "feishu" for Feishu's own callbacks; a channel that
+    #: turns its clicks into this shape names itself in the payload's `header.channel`
+    #: (Slack: `interactions.channels.slack.channel.neutral_payload`).
+    channel: str = "feishu"
 
     def __repr__(self) -> str:
         app_id = getattr(self.bot, "app_id", "?")
@@ -232,6 +236,7 @@ class CardAction:
             checked=checked if isinstance(checked, bool) else None,
             timezone=_str(action.get("timezone")),
             host=_str(event.get("host")),
+            channel=_str(header.get("channel")) or "feishu",
         )
 
 

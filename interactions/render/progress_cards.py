@@ -128,14 +128,19 @@ def _cut(text: str, limit: int | None) -> str:
     return text[: max(0, limit - 1)] + "…"
 
 
-def question_markdown(question: dict[str, Any], level: int = 0) -> str:
+def question_markdown(
+    question: dict[str, Any], level: int = 0, *, bold: str = "**", bullet: str = "-", escape=None
+) -> str:
     """The markdown shown above a question's select: header, question, option descriptions
-    (shortened at `level` > 0, see LEVELS)."""
+    (shortened at `level` > 0, see LEVELS). Feishu markdown by default; another channel's
+    markup with its `bold` marker, list `bullet` and `escape` for the caller's text (Slack
+    mrkdwn: `*`, `•`, `&`/`<`/`>` escaped)."""
+    escape = escape or _escape
     q_limit, d_limit, _s, _t = LEVELS[level]
     lines = []
     header = question.get("header") or ""
-    head = f"**{_escape(header)}** · " if header else ""
-    lines.append(f"{head}{_escape(_cut(question['question'], q_limit))}")
+    head = f"{bold}{escape(header)}{bold} · " if header else ""
+    lines.append(f"{head}{escape(_cut(question['question'], q_limit))}")
     if question.get("multiSelect"):
         lines.append(_("(choose one or more)"))
     if d_limit != 0:
@@ -143,7 +148,8 @@ def question_markdown(question: dict[str, Any], level: int = 0) -> str:
             description = option.get("description") or ""
             if description:
                 lines.append(
-                    f"- **{_escape(option['label'])}**: {_escape(_cut(description, d_limit))}"
+                    f"{bullet} {bold}{escape(option['label'])}{bold}: "
+                    f"{escape(_cut(description, d_limit))}"
                 )
     return "\n".join(lines)
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from interactions.channels.slack import blocks
 from interactions.models import Interaction
 from interactions.tests.ia_helpers import FORM_FIELDS, QUICK_ACTIONS, build
@@ -96,32 +94,6 @@ def test_long_texts_are_cut_to_slacks_limits():
 def test_cardloops_own_text_follows_the_language():
     message = blocks.interaction_message(build(channel="slack"), "zh-hans")
     assert _buttons(message)[0]["text"]["text"] == "批准"
-
-
-@pytest.mark.parametrize("count", [1, 4])
-def test_one_to_four_questions_render_as_inputs_with_one_submit(count):
-    questions = [
-        {
-            "id": f"q{i}",
-            "question": f"Question {i}?",
-            "options": [{"label": "A", "value": "a"}, {"label": "B", "value": "b"}],
-            "multi": i % 2 == 1,
-            "other": i == 0,
-        }
-        for i in range(count)
-    ]
-    message = blocks.questions_message("Questions", questions, '{"kind":"x"}')
-    assert blocks.problems(message) == []
-    assert len(_buttons(message)) == 1
-    inputs = [b for b in message["blocks"] if b["type"] == "input"]
-    assert len(inputs) == count + 1  # the first question has an "other" text input
-
-
-@pytest.mark.parametrize("count", [0, 5])
-def test_zero_or_more_than_four_questions_are_refused(count):
-    questions = [{"id": f"q{i}", "question": "?", "options": []} for i in range(count)]
-    with pytest.raises(ValueError):
-        blocks.questions_message("Questions", questions, "{}")
 
 
 def test_the_limits_checker_names_each_broken_rule():

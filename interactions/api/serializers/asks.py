@@ -211,11 +211,15 @@ class AskCreateSerializer(serializers.Serializer):
     """Body of `POST /api/v1/sessions/<session_id>/asks`."""
 
     questions = QuestionSerializer(many=True)
-    requester_open_id = OpenIdField(
+    requester_open_id = StrictRegexField(
+        kinds.ANY_OPERATOR_ID_PATTERN,
         max_length=64,
         required=False,
         allow_blank=True,
-        help_text=_("Who is asked; defaults to the progress session's requester."),
+        help_text=_(
+            "Who is asked (the person's id on the session's channel); defaults to the "
+            "progress session's requester."
+        ),
     )
     chat_id = StrictCharField(max_length=64, required=False, allow_blank=True)
     project_key = StrictCharField(max_length=300, required=False, allow_blank=True)

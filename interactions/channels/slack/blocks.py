@@ -11,7 +11,7 @@ Rules of Slack this module follows (public sources): the Block Kit limits checke
 - the top-level `text` is the notification / accessibility fallback
   (https://api.slack.com/methods/chat.postMessage#arg_text), ≤ 40000 characters.
 
-Forms (and `ask_user_questions`-style questions) are **input blocks inside the message with a
+Forms (and the asks on progress messages, `interactions.channels.slack.progress`) are **input blocks inside the message with a
 submit button**, not a modal: a modal needs `views.open` with the click's `trigger_id` within
 3 seconds, i.e. a Web API call inside the callback's answer budget, which the card-update
 queue (updates after the answer) exists to avoid; and a modal is private to one person, while
@@ -218,75 +218,6 @@ def status_line(ia: Interaction) -> str:
     if operator[:1] in ("U", "W") and operator.isalnum():
         line += f" · <@{operator}>"
     return line
-
-
-# ---------------------------------------------------------------------------------------------
-# Questions (ask_user_questions): 1–4 questions as input blocks with one submit button
-# ---------------------------------------------------------------------------------------------
-
-
-def questions_message(
-    title: str, questions: list[dict[str, Any]], submit_value: str
-) -> dict[str, Any]:
-    """A message asking 1–4 `questions` (each `{"id", "question", "options": [{"label",
-    "value"}], "multi": bool, "other": bool}`) as input blocks: a single select
-    (`static_select`), a multi select (`checkboxes`), and, with `other`, an optional
-    free-text input (`q_<id>_other`). One Submit button carries `submit_value` (the
-    callback value naming the ask). Raises ValueError for 0 or more than 4 questions."""
-    if not 1 <= len(questions) <= 4:
-        raise ValueError("ask 1 to 4 questions")
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "block_id": "q_title", "text": plain(title, MAX_HEADER)}
-    ]
-    for q in questions:
-        options = [
-            {"text": plain(str(o["label"]), MAX_OPTION_TEXT), "value": str(o["value"])[:150]}
-            for o in q.get("options", [])[:MAX_OPTIONS]
-        ]
-        action_id = field_action(f"q_{q['id']}")
-        if q.get("multi"):
-            element: dict[str, Any] = {"type": "checkboxes", "action_id": action_id}
-            element["options"] = options[:10]  # checkboxes take at most 10 options
-        else:
-            element = {"type": "static_select", "action_id": action_id, "options": options}
-        blocks.append(
-            {
-                "type": "input",
-                "block_id": _cut(f"q_{q['id']}", MAX_ID),
-                "label": plain(str(q["question"]), MAX_LABEL),
-                "optional": bool(q.get("other")),
-                "element": element,
-            }
-        )
-        if q.get("other"):
-            blocks.append(
-                {
-                    "type": "input",
-                    "block_id": _cut(f"q_{q['id']}_other", MAX_ID),
-                    "label": plain(_("Other"), MAX_LABEL),
-                    "optional": True,
-                    "element": {
-                        "type": "plain_text_input",
-                        "action_id": field_action(f"q_{q['id']}_other"),
-                    },
-                }
-            )
-    blocks.append(
-        {
-            "type": "actions",
-            "block_id": SUBMIT_BLOCK,
-            "elements": [
-                {
-                    "type": "button",
-                    "action_id": "ia_submit",
-                    "text": plain(_("Submit"), MAX_BUTTON_TEXT),
-                    "style": "primary",
-                    "value": submit_value[:MAX_VALUE],
-                }
-            ],
-        }
-    )
-    return {"text": _cut(title, MAX_TEXT), "blocks": blocks}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 | interface | Slack |
 |---|---|
 | `render_interaction` | `blocks.interaction_message` (Block Kit `{"text", "blocks"}`) |
-| `send` | `chat.postMessage` (`webapi.post_message`), recorded as a `CardEntity` (`channel="slack"`, `address={"channel", "ts"}`) |
+| `render_progress` | `progress.message`: the session's progress message, pending asks as input-block forms named like the Feishu form fields (`shows_progress`) |
+| `render_feedback_area` | the feedback app's handed-over Block Kit area |
+| `send` | `chat.postMessage` (`webapi.post_message`), recorded as a `CardEntity` (`channel="slack"`, `address={"channel", "ts"}`, `open_message_id` = the `ts`) |
 | `update` | `interactions.cardqueue.service.enqueue_card` (the durable card-update queue) |
 | `apply_update` | `chat.update` (`webapi.update_message`); HTTP 429 → `UpdateFailed(retry_after=…)` |
 | `reply_text` | `chat.postMessage` in the typed command's thread |
@@ -29,7 +31,7 @@ from interactions import kinds
 from interactions.callbacks.registry import CardAction
 from interactions.cardqueue import service as cards
 from interactions.channels.base import Channel, ChannelSendError, Unsupported
-from interactions.channels.slack import blocks, webapi
+from interactions.channels.slack import blocks, progress, webapi
 from interactions.models import CardEntity
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,9 @@ def action_event_id(payload: dict[str, Any]) -> str:
 def form_values(state: dict[str, Any]) -> dict[str, Any]:
     """`{block_id: value}` from a `block_actions` payload's `state.values` (Cardloop's input
     blocks hold one element each): a text input's `value`, a select's `selected_option.value`,
-    checkboxes' list of values; blocks without a value are left out."""
+    the list of values of a multi-select's or checkboxes' `selected_options`; blocks without
+    a value are left out
+    (https://api.slack.com/reference/interaction-payloads/block-actions)."""
     out: dict[str, Any] = {}
     values = state.get("values") if isinstance(state, dict) else None
     for block_id, elements in (values or {}).items():
@@ -79,8 +83,10 @@ def form_values(state: dict[str, Any]) -> dict[str, Any]:
         for element in elements.values():
             if not isinstance(element, dict):
                 continue
-            if element.get("type") == "checkboxes":
-                chosen = [o.get("value") for o in element.get("selected_options") or []]
+            if isinstance(element.get("selected_options"), list):
+                chosen = [
+                    o.get("value") for o in element["selected_options"] if isinstance(o, dict)
+                ]
                 if chosen:
                     out[block_id] = [str(v) for v in chosen]
             elif isinstance(element.get("selected_option"), dict):
@@ -93,8 +99,9 @@ def form_values(state: dict[str, Any]) -> dict[str, Any]:
 def neutral_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """A verified Slack `block_actions` payload as the channel-neutral callback body the
     dispatcher and `CardAction.from_payload` read (event id, action value, form values,
-    operator, message and chat), so Slack clicks run the same handlers, dedupe and budget as
-    Feishu's. Identity is the payload's `user.id` and `team.id`, never a button value."""
+    operator, message and chat; `header.channel` "slack"), so Slack clicks run the same
+    handlers, dedupe and budget as Feishu's. The message is named by its `ts`
+    (`open_message_id`), which `send` records on the message's `CardEntity`. Identity is the payload's `user.id` and `team.id`, never a button value."""
     actions = payload.get("actions") or []
     first = actions[0] if actions and isinstance(actions[0], dict) else {}
     raw = first.get("value")
@@ -112,6 +119,7 @@ def neutral_payload(payload: dict[str, Any]) -> dict[str, Any]:
             "event_type": "card.action.trigger",
             "app_id": str(payload.get("api_app_id") or ""),
             "tenant_key": str((payload.get("team") or {}).get("id") or ""),
+            "channel": kinds.SLACK,
         },
         "event": {
             "operator": {"open_id": str((payload.get("user") or {}).get("id") or "")},
@@ -134,6 +142,7 @@ class SlackChannel(Channel):
 
     name = kinds.SLACK
     capabilities = kinds.CAPABILITIES[kinds.SLACK]
+    shows_progress = True
     #: chat.update is Tier 3 (~50 per minute per workspace,
     #: https://api.slack.com/docs/rate-limits); one per second per message keeps a burst of
     #: clicks on one message well inside it, and a 429's Retry-After is honoured on top.
@@ -142,8 +151,10 @@ class SlackChannel(Channel):
     def render_interaction(self, ia) -> dict[str, Any]:
         return blocks.interaction_message(ia)
 
-    def render_progress(self, session, asks):
-        raise Unsupported("slack: progress messages are not built yet")
+    def render_progress(self, session, asks) -> dict[str, Any]:
+        """`progress.message`: the session's Block Kit message with its pending asks as
+        input-block forms (pure)."""
+        return progress.message(session, asks)
 
     _feedback_renderer = None
 
@@ -188,16 +199,17 @@ class SlackChannel(Channel):
             raise ChannelSendError(exc.error, code=exc.error) from None
         address = {"channel": sent["channel"], "ts": sent["ts"]}
         if recorded is None:
-            return CardEntity.objects.create(
+            recorded = CardEntity.objects.create(
                 bot=bot,
                 channel=self.name,
                 send_uuid=f"sl_{sent['channel']}_{sent['ts']}"[:50],
                 address=address,
                 purpose=purpose,
             )
-        CardEntity.objects.filter(pk=recorded.pk).update(address=address)
-        recorded.address = address
-        return recorded
+        else:
+            CardEntity.objects.filter(pk=recorded.pk).update(address=address)
+            recorded.address = address
+        return _record_message_ts(recorded, sent["ts"])
 
     def update(self, sent, message, *, version=None):
         """`cards.enqueue_card`: the whole message replaced by `chat.update`, paced and retried
@@ -255,6 +267,26 @@ class SlackChannel(Channel):
 
     def operator(self, action: CardAction) -> str:
         return action.operator_open_id
+
+
+def _record_message_ts(entity: CardEntity, ts: str) -> CardEntity:
+    """Record the message's `ts` as the entity's `open_message_id`: a click's neutral payload
+    names its message by `container.message_ts` (`neutral_payload`), so
+    `CardEntity.objects.for_message` finds the entity a Slack click came from (the progress
+    message of a session, `interactions.asks.progress.session_for_message`). A `ts` is unique
+    within a conversation; should another message of the bot already hold it (two
+    conversations, the same microsecond), the address alone keeps the entity and the click is
+    refused as unknown rather than routed to the wrong message."""
+    try:
+        with transaction.atomic():
+            CardEntity.objects.filter(pk=entity.pk).update(open_message_id=ts[:64])
+    except IntegrityError:
+        log.warning(
+            "slack message ts of card %s is already another card's; not recorded", entity.pk
+        )
+        return entity
+    entity.open_message_id = ts[:64]
+    return entity
 
 
 def _recorded_send(bot, uuid: str, purpose: str) -> CardEntity:

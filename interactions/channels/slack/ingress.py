@@ -16,7 +16,8 @@ the click runs through `interactions.callbacks.dispatcher` (threads, dedupe, the
   deduplicated by `interactions.callbacks.inbound`. Slack has no toast: what Feishu shows as a
   toast goes to the clicker as an **ephemeral** message through the payload's `response_url`
   (slack-sdk `WebhookClient`), after the answer, in the bot's card language. Card updates are
-  released to the queue after the answer too. Modals are not used (`view_submission` is
+  released to the queue after the answer too. A click on a link button (`action_id`
+  `link_…`: Slack opened its URL) is acknowledged and not handled. Modals are not used (`view_submission` is
   acknowledged and ignored; see `blocks` for why forms are input blocks in the message).
 - **events** (JSON): the `url_verification` challenge is echoed; `event_callback` `message`
   events whose text is `/_interaction <id> <value>` are answered like Feishu's typed commands
@@ -132,6 +133,8 @@ def interactivity(request, app_id: str):
     kind = payload.get("type")
     if kind != "block_actions" or not payload.get("actions"):
         return SlackResponse({})  # view_submission and others: acknowledged, not used
+    if _is_link_click(payload):
+        return SlackResponse({})  # Slack opened the link button's URL; nothing to handle
     from interactions.channels.slack.channel import neutral_payload
 
     dispatcher.set_route("slack")
@@ -155,6 +158,17 @@ def interactivity(request, app_id: str):
             close_old_connections()
 
     return SlackResponse({}, after_answer=after_answer)
+
+
+def _is_link_click(payload: dict[str, Any]) -> bool:
+    """Whether the click was on one of Cardloop's link buttons (`action_id` starting with
+    `progress.LINK_PREFIX`): Slack opens their URL and still sends the click, which only needs
+    the acknowledgement."""
+    from interactions.channels.slack.progress import LINK_PREFIX
+
+    first = (payload.get("actions") or [None])[0]
+    action_id = first.get("action_id") if isinstance(first, dict) else None
+    return isinstance(action_id, str) and action_id.startswith(LINK_PREFIX)
 
 
 def _response_url_allowed(url: str) -> bool:
