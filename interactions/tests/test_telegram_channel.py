@@ -212,3 +212,14 @@ def test_twenty_concurrent_identical_taps_write_one_resolution_and_one_revision(
     assert CardUpdate.objects.count() == 1
     assert run_worker() == 1
     assert stub.methods().count("editMessageText") == 1
+
+
+def test_a_tap_names_telegram_as_its_channel_so_no_answer_card_goes_anywhere(tg):
+    from interactions.callbacks import registry
+    from interactions.channels.telegram.ingress import card_action_payload
+
+    update = tu.callback_query("pg:c")
+    payload = card_action_payload(update["update_id"], update["callback_query"])
+    action = registry.CardAction.from_payload(tg.bot, payload)
+    assert action.channel == "telegram"
+    assert action.operator_open_id == str(update["callback_query"]["from"]["id"])

@@ -64,7 +64,13 @@ def card_action_payload(update_id: int, query: dict[str, Any]) -> dict[str, Any]
     chat_id = str(message["chat"].get("id") or "")
     return {
         "schema": "2.0",
-        "header": {"event_id": event_id(update_id), "event_type": "card.action.trigger"},
+        "header": {
+            "event_id": event_id(update_id),
+            "event_type": "card.action.trigger",
+            # the click names its channel, so the dispatcher never treats a handler's
+            # answer card as a Feishu card to send or queue (Telegram shows no answer card)
+            "channel": "telegram",
+        },
         "event": {
             "operator": {"open_id": str(sender.get("id") or "")},
             "action": {
