@@ -236,3 +236,33 @@ def test_twenty_concurrent_identical_feedback_clicks_write_one_revision(answer, 
     assert Revision.objects.count() == 1
     assert Event.objects.filter(type="feedback.revised").count() == 1
     assert LatestFeedback.objects.count() == 1
+
+
+def test_slack_feedback_replay_clicks_the_current_area_against_a_live_server(
+    answer, slack_stub, live_server, monkeypatch
+):
+    """The walk-through's command: a verdict click with the value Cardloop put on the
+    message, then the follow-up form with a reason, each a revision of the requester."""
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    out = io.StringIO()
+    common = ["--user", REQUESTER, "--url", live_server.url]
+    common += ["--set", f"response_url={slack_stub.response_url('r')}"]
+    with pytest.raises(CommandError):
+        call_command("slack_feedback_replay", "del_nope", "incorrect", *common, stdout=out)
+    call_command("slack_feedback_replay", answer.delivery_id, "incorrect", *common, stdout=out)
+    assert "200 in" in out.getvalue()
+    (first,) = Revision.objects.all()
+    assert (first.verdict_key, first.semantic, first.operator_open_id) == (
+        "incorrect",
+        "negative",
+        REQUESTER,
+    )
+    call_command(
+        "slack_feedback_replay", answer.delivery_id, "--reason", "incomplete", *common, stdout=out
+    )
+    latest = Revision.objects.order_by("-id").first()
+    assert latest.pk != first.pk and latest.reason_key == "incomplete"

@@ -4,29 +4,30 @@ Replay a signed Slack click on the feedback area of a Slack final answer, as Sla
 it: `slack_replay` with `tests/fixtures/slack/block_actions.json` pointed at the delivery's
 message (its channel and `ts`) and at button `fb_<key>`, whose value is the one Cardloop put
 on that button for the delivery's current state (`rev` = its current revision). With
-`--reason` and/or `--comment` it submits the negative follow-up form instead (`key` is then
-ignored; `rev` = the clicker's latest revision), the inputs in `state.values` as Slack sends
+`--reason` and/or `--comment` it submits the negative follow-up form instead (`key` may be
+left out; `rev` = the clicker's latest revision), the inputs in `state.values` as Slack sends
 them. The clicker is `--user` (the payload's `user.id`); for a `requester` audience that is
 the delivery's `requester_user_id`.
 
     python manage.py slack_feedback_replay del_… conclusive_usable --user U0DEMOREQUESTER
+    python manage.py slack_feedback_replay del_… --reason wrong_facts --user U0DEMOREQUESTER
+
+`--set path=value` (repeatable) is passed on to `slack_replay` after the click's own settings,
+e.g. `--set response_url=…` to aim the ephemeral answer at a test receiver.
 """
 
 from __future__ import annotations
 
 import json
 
-from django.conf import settings
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from botadmin.models import SlackApp
 from feedback import cards as feedback_cards
 from feedback import slack_cards
 from feedback.models import Delivery, Revision
+from interactions.management.commands.slack_replay import replay_click
 from interactions.models import CardEntity
-
-FIXTURE = settings.BASE_DIR / "tests" / "fixtures" / "slack" / "block_actions.json"
 
 
 def click_settings(delivery: Delivery, card: CardEntity, key: str, user: str, form: dict) -> list:
@@ -96,13 +97,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("delivery", help="The delivery id (del_…).")
-        parser.add_argument("key", help="The button key (conclusive_usable, …).")
+        parser.add_argument(
+            "key", nargs="?", default="", help="The button key (conclusive_usable, …)."
+        )
         parser.add_argument("--user", required=True, help="The clicker's Slack user id (U…).")
         parser.add_argument("--reason", default="", help="Submit the follow-up with this reason.")
         parser.add_argument("--comment", default="", help="Submit the follow-up with this text.")
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="Cardloop base URL.")
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="PATH=VALUE",
+            help="Passed on to slack_replay after the click's own settings (e.g. response_url).",
+        )
 
-    def handle(self, *args, delivery, key, user, reason, comment, url, **options):
+    def handle(self, *args, delivery, key, user, reason, comment, url, set, **options):  # noqa: A002
         found = (
             Delivery.objects.select_related("bot", "current_revision")
             .filter(delivery_id=delivery, channel=Delivery.Channel.SLACK)
@@ -115,17 +125,8 @@ class Command(BaseCommand):
         if app is None or card is None or not (card.address or {}).get("ts"):
             raise CommandError(f"{delivery} has no Slack message recorded.")
         form = {feedback_cards.REASON_FIELD: reason, feedback_cards.COMMENT_FIELD: comment}
-        assignments = click_settings(found, card, key, user, form if reason or comment else {})
-        call_command(
-            "slack_replay",
-            str(FIXTURE),
-            "--app",
-            app.app_id,
-            "--user",
-            user,
-            "--url",
-            url,
-            *[arg for item in assignments for arg in ("--set", item)],
-            stdout=self.stdout,
-            stderr=self.stderr,
-        )
+        assignments = [
+            *click_settings(found, card, key, user, form if reason or comment else {}),
+            *set,
+        ]
+        replay_click(app.app_id, user, url, assignments, stdout=self.stdout, stderr=self.stderr)

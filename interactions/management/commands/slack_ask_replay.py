@@ -18,16 +18,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from botadmin.models import SlackApp
 from interactions.channels.slack import blocks
+from interactions.management.commands.slack_replay import replay_click
 from interactions.models import Ask, ProgressSession
 from interactions.render import progress_cards
-
-FIXTURE = settings.BASE_DIR / "tests" / "fixtures" / "slack" / "block_actions.json"
 
 
 def _indexed(items: list[str], flag: str) -> dict[int, str]:
@@ -115,16 +112,4 @@ class Command(BaseCommand):
             f"state.values={json.dumps(state, ensure_ascii=False)}",
             *set,
         ]
-        call_command(
-            "slack_replay",
-            str(FIXTURE),
-            "--app",
-            app.app_id,
-            "--user",
-            user,
-            "--url",
-            url,
-            *[arg for item in assignments for arg in ("--set", item)],
-            stdout=self.stdout,
-            stderr=self.stderr,
-        )
+        replay_click(app.app_id, user, url, assignments, stdout=self.stdout, stderr=self.stderr)

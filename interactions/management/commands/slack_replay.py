@@ -24,6 +24,8 @@ import uuid
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import CommandError
 from slack_sdk.signature import SignatureVerifier
 
@@ -38,6 +40,30 @@ from interactions.management.replay import (
 from interactions.models import Interaction
 
 INTERACTIVE = ("block_actions", "view_submission")
+
+
+#: The documented `block_actions` payload the click replays start from.
+BLOCK_ACTIONS_FIXTURE = settings.BASE_DIR / "tests" / "fixtures" / "slack" / "block_actions.json"
+
+
+def replay_click(app_id: str, user: str, url: str, assignments: list[str], *, stdout, stderr):
+    """Run `slack_replay` on the `block_actions` fixture for Slack app `app_id` as `user`
+    against Cardloop at `url`, with `assignments` (`path=value` strings, applied in order) —
+    what the commands replaying a click on a feedback area or an ask form send. Raises
+    CommandError like `slack_replay` (a refused or failed request)."""
+    call_command(
+        "slack_replay",
+        str(BLOCK_ACTIONS_FIXTURE),
+        "--app",
+        app_id,
+        "--user",
+        user,
+        "--url",
+        url,
+        *[arg for item in assignments for arg in ("--set", item)],
+        stdout=stdout,
+        stderr=stderr,
+    )
 
 
 def fill_click(payload: dict[str, Any], ia: Interaction, action_id: str) -> None:
