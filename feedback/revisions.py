@@ -304,7 +304,9 @@ def _locked_for_operator(
     if delivery is None:
         return None, Outcome(UNKNOWN_DELIVERY, _("This feedback target no longer exists."))
     if not operator_open_id:
-        return None, Outcome(NO_OPERATOR, _("Feishu did not say who clicked; please try again."))
+        return None, Outcome(
+            NO_OPERATOR, _("The chat platform did not say who clicked; please try again.")
+        )
     if not _in_audience(delivery, delivery.policy_snapshot, operator_open_id, open_chat_id):
         return None, Outcome(NOT_ALLOWED, _not_allowed_message(delivery.policy_snapshot))
     return delivery, None
