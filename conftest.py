@@ -41,8 +41,10 @@ def _empty_callback_bot_cache():
     database is emptied between tests without signals, and a bot of the last test (same app
     id, other secrets) must not answer this one's callbacks."""
     from botadmin.callbackcache import CALLBACK_BOTS
+    from interactions.channels.slack import ingress as slack_ingress
 
     CALLBACK_BOTS.clear()
+    slack_ingress.forget_locales()
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ What it answers (shapes from Slack's method docs, https://api.slack.com/methods)
 - both refuse a message breaking Block Kit's limits with `invalid_blocks` (`limit_problems`:
   ≤ 50 blocks, section text ≤ 3000, button text ≤ 75 and value ≤ 2000, unique `block_id`s,
   `action_id`s unique within a block, https://api.slack.com/reference/block-kit);
+- `users.info` (GET, https://api.slack.com/methods/users.info) → `{ok, user: {id, locale}}`
+  for a user in `stub.locales` (`locale` only with `include_locale`), else `user_not_found`;
 - `POST /response/<key>` is a `response_url` (https://api.slack.com/interactivity/handling):
   the JSON body is recorded in `stub.responses` (`stub.response_url(key)` builds the URL).
 Every Web API request is recorded in `stub.calls` as `(method, token, params)`;
@@ -41,6 +43,8 @@ class SlackStub(LoopbackStub):
         self.calls: list[tuple[str, str, dict]] = []
         self.messages: dict[tuple[str, str], list] = {}
         self.responses: list[tuple[str, dict]] = []
+        #: Slack user id → locale `users.info` reports (others: `user_not_found`).
+        self.locales: dict[str, str] = {}
         self._retry_after: int | None = None
         self._lock = threading.Lock()
         self._ts = itertools.count(1)
@@ -60,6 +64,16 @@ class SlackStub(LoopbackStub):
         stub = self
 
         class Handler(JsonHandler):
+            def do_GET(self):  # slack-sdk sends users.info as a GET with a query string
+                path, _, query = self.path.partition("?")
+                params = {k: v[0] for k, v in parse_qs(query).items()}
+                token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                method = path.rsplit("/", 1)[-1]
+                with stub._lock:
+                    stub.calls.append((method, token, params))
+                    body = stub.answer(method, token, params)
+                self.send_json(200, body)
+
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode()
@@ -133,6 +147,14 @@ class SlackStub(LoopbackStub):
                 "ts": ts,
                 "message": {"ts": ts, "blocks": blocks},
             }
+        if method == "users.info":
+            user = params.get("user", "")
+            if user not in self.locales:
+                return {"ok": False, "error": "user_not_found"}
+            found = {"id": user, "team_id": team}
+            if str(params.get("include_locale")).lower() in ("1", "true"):
+                found["locale"] = self.locales[user]
+            return {"ok": True, "user": found}
         return {"ok": False, "error": "unknown_method"}
 
 

@@ -238,3 +238,46 @@ def test_a_refused_event_writes_nothing(sent_approval):
     _refused_without_writes(
         post_event(body, sign(body, secret=OTHER_SECRET)), 401, "bad_signature", sent_approval
     )
+
+
+def test_the_ephemeral_message_follows_the_clickers_slack_locale_looked_up_once(
+    sent_approval, slack_stub
+):
+    slack_stub.locales[OTHER_USER] = "en-US"  # the bot's cards are in Chinese
+
+    def click(key):
+        payload = click_payload(
+            sent_approval,
+            sent_approval.card,
+            "approve",
+            user=OTHER_USER,
+            response_url=slack_stub.response_url(key),
+        )
+        payload["actions"][0]["action_ts"] = f"1700000100.00000{key[-1]}"
+        body = form_body(payload)
+        assert post_interactivity(body, sign(body)) == (200, {})
+
+    click("e1")
+    click("e2")
+    texts = [body["text"] for _key, body in slack_stub.responses]
+    assert len(texts) == 2 and texts[0] == texts[1]
+    assert texts[0].isascii() and texts[0]  # English, not the bot's Chinese
+    lookups = [p for m, _t, p in slack_stub.calls if m == "users.info"]
+    assert [p["user"] for p in lookups] == [OTHER_USER]  # once per person and process
+    assert lookups[0]["include_locale"] in ("1", "true", "True")
+
+
+def test_a_clicker_whose_locale_slack_does_not_tell_gets_the_bots_language(
+    sent_approval, slack_stub
+):
+    payload = click_payload(
+        sent_approval,
+        sent_approval.card,
+        "approve",
+        user=OTHER_USER,
+        response_url=slack_stub.response_url("z1"),
+    )
+    body = form_body(payload)
+    assert post_interactivity(body, sign(body)) == (200, {})
+    ((_key, told),) = slack_stub.responses
+    assert not told["text"].isascii()  # the bot's card language (Chinese)

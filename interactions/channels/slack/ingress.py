@@ -15,7 +15,9 @@ the click runs through `interactions.callbacks.dispatcher` (threads, dedupe, the
   The same click delivered again (same team, user, message, `action_id` and `action_ts`) is
   deduplicated by `interactions.callbacks.inbound`. Slack has no toast: what Feishu shows as a
   toast goes to the clicker as an **ephemeral** message through the payload's `response_url`
-  (slack-sdk `WebhookClient`), after the answer, in the bot's card language. Card updates are
+  (slack-sdk `WebhookClient`), after the answer, in the clicker's language: their Slack
+  locale from `users.info` (scope `users:read`, looked up once per person and process), else
+  the bot's card language. Card updates are
   released to the queue after the answer too. A click on a link button (`action_id`
   `link_…`: Slack opened its URL) is acknowledged and not handled. Modals are not used (`view_submission` is
   acknowledged and ignored; see `blocks` for why forms are input blocks in the message).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -104,13 +107,58 @@ def _app(app_id: str) -> SlackApp | None:
     return SlackApp.objects.select_related("bot").filter(app_id=app_id[:32]).first()
 
 
-def toast_text(bot, answer: dict[str, Any]) -> str:
-    """The text of the answer's toast in the bot's card language ("" without a toast)."""
+def toast_text(bot, answer: dict[str, Any], slack_locale: str = "") -> str:
+    """The text of the answer's toast ("" without a toast) in the reader's language: their
+    Slack locale (`users.info`, e.g. "zh-CN") when known, else the bot's card language."""
     toast = answer.get("toast") if isinstance(answer, dict) else None
     if not isinstance(toast, dict):
         return ""
     i18n = toast.get("i18n") if isinstance(toast.get("i18n"), dict) else {}
-    return str(i18n.get(card_locale(bot_language(bot))) or toast.get("content") or "")
+    language = reader_language(slack_locale) or bot_language(bot)
+    return str(i18n.get(card_locale(language)) or toast.get("content") or "")
+
+
+def reader_language(slack_locale: str) -> str:
+    """The Django language of a Slack locale (zh-* → zh-hans; any other known one → en;
+    "" when unknown)."""
+    if not slack_locale:
+        return ""
+    return "zh-hans" if slack_locale.lower().startswith("zh") else "en"
+
+
+#: Slack locales already looked up, by (app id, user id): `users.info` once per person and
+#: process for `LOCALE_SECONDS` (the ephemeral message waits for it after the answer).
+_locales: dict[tuple[str, str], tuple[float, str]] = {}
+_locales_lock = threading.Lock()
+LOCALE_SECONDS = 3600
+LOCALE_CACHE_SIZE = 10_000
+
+
+def forget_locales() -> None:
+    """Empty the per-process cache of clickers' Slack locales (tests; a changed locale is
+    otherwise picked up after `LOCALE_SECONDS`)."""
+    with _locales_lock:
+        _locales.clear()
+
+
+def clicker_locale(app: SlackApp, user: str) -> str:
+    """The Slack locale of `user` in `app`'s workspace ("" when it cannot be known: dry run,
+    no `users:read` scope, a Slack error), cached per process. Network I/O: call after the
+    answer."""
+    key = (app.app_id, user)
+    now = time.monotonic()
+    with _locales_lock:
+        hit = _locales.get(key)
+    if hit is not None and now - hit[0] < LOCALE_SECONDS:
+        return hit[1]
+    from interactions.channels.slack import webapi
+
+    locale = webapi.user_locale(app.secret("bot_token"), user, settings.CARDLOOP_SLACK_API_BASE_URL)
+    with _locales_lock:
+        if len(_locales) >= LOCALE_CACHE_SIZE:
+            _locales.clear()
+        _locales[key] = (now, locale)
+    return locale
 
 
 @csrf_exempt
@@ -140,21 +188,22 @@ def interactivity(request, app_id: str):
     dispatcher.set_route("slack")
     answer = dispatcher.handle_card_action(app.bot, neutral_payload(payload))
     release = dispatcher.take_after_answer()
-    text = toast_text(app.bot, answer)
     response_url = str(payload.get("response_url") or "")
+    user = str((payload.get("user") or {}).get("id") or "")
 
     def after_answer() -> None:
         try:
             if release is not None:
                 release()
         finally:
-            if text and _response_url_allowed(response_url):
+            if toast_text(app.bot, answer) and _response_url_allowed(response_url):
                 from interactions.channels.slack import webapi
 
                 if app.secret("bot_token"):
+                    text = toast_text(app.bot, answer, clicker_locale(app, user))
                     webapi.post_ephemeral(response_url, text)
                 else:  # dry run, like every other Slack call without a token
-                    log.info("slack dry run: ephemeral message not sent (%d chars)", len(text))
+                    log.info("slack dry run: ephemeral message not sent")
             close_old_connections()
 
     return SlackResponse({}, after_answer=after_answer)

@@ -7,7 +7,8 @@ Slack app is installed.
 
 Public sources: `auth.test` https://api.slack.com/methods/auth.test,
 `chat.postMessage` https://api.slack.com/methods/chat.postMessage, `chat.update`
-https://api.slack.com/methods/chat.update, `response_url`
+https://api.slack.com/methods/chat.update, `users.info`
+https://api.slack.com/methods/users.info, `response_url`
 https://api.slack.com/interactivity/handling#message_responses.
 """
 
@@ -178,6 +179,27 @@ def post_ephemeral(response_url: str, text: str) -> bool:
     if resp.status_code != 200:
         logger.warning("slack ephemeral message failed: HTTP %s", resp.status_code)
     return resp.status_code == 200
+
+
+def user_locale(token: str, user: str, base_url: str = DEFAULT_BASE_URL) -> str:
+    """The Slack locale (IETF tag, e.g. "en-US", "zh-CN") of workspace user `user`, from
+    `users.info` with `include_locale` (https://api.slack.com/methods/users.info; needs the
+    `users:read` scope). "" when it cannot be known: no token (dry run), a Slack error (e.g.
+    `missing_scope`, `user_not_found`) or a transport failure. Never raises; logs the error
+    code only, never the user id."""
+    if not token or not user:
+        return ""
+    try:
+        resp = client(token, base_url).users_info(user=user, include_locale=True)
+    except SlackApiError as exc:
+        logger.info("slack users.info failed: %s", exc.response.get("error") or "unknown")
+        return ""
+    except (SlackClientError, OSError):
+        logger.info("slack users.info failed: transport")
+        return ""
+    found = resp.get("user")
+    locale = found.get("locale") if isinstance(found, dict) else None
+    return str(locale) if isinstance(locale, str) else ""
 
 
 # ---------------------------------------------------------------------------------------------
