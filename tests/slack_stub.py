@@ -16,6 +16,9 @@ What it answers (shapes from Slack's method docs, https://api.slack.com/methods)
 - both refuse a message breaking Block Kit's limits with `invalid_blocks` (`limit_problems`:
   ≤ 50 blocks, section text ≤ 3000, button text ≤ 75 and value ≤ 2000, unique `block_id`s,
   `action_id`s unique within a block, https://api.slack.com/reference/block-kit);
+- `conversations.history` (GET) → the channel's posted messages since `oldest`, newest
+  first, each with its `metadata` when `include_all_metadata`
+  (https://api.slack.com/methods/conversations.history);
 - `users.info` (GET, https://api.slack.com/methods/users.info) → `{ok, user: {id, locale}}`
   for a user in `stub.locales` (`locale` only with `include_locale`), else `user_not_found`;
 - `POST /response/<key>` is a `response_url` (https://api.slack.com/interactivity/handling):
@@ -42,6 +45,8 @@ class SlackStub(LoopbackStub):
         self.tokens: dict[str, str] = dict(tokens or {})
         self.calls: list[tuple[str, str, dict]] = []
         self.messages: dict[tuple[str, str], list] = {}
+        #: `metadata` a message was posted with, by `(channel, ts)`.
+        self.metadata: dict[tuple[str, str], dict] = {}
         self.responses: list[tuple[str, dict]] = []
         #: Slack user id → locale `users.info` reports (others: `user_not_found`).
         self.locales: dict[str, str] = {}
@@ -141,12 +146,29 @@ class SlackStub(LoopbackStub):
                 return {"ok": True, "channel": key[0], "ts": key[1], "text": params.get("text", "")}
             ts = f"1700000000.{next(self._ts):06d}"
             self.messages[(params["channel"], ts)] = blocks
+            metadata = params.get("metadata")
+            if isinstance(metadata, str):
+                metadata = json.loads(metadata)
+            if isinstance(metadata, dict):
+                self.metadata[(params["channel"], ts)] = metadata
             return {
                 "ok": True,
                 "channel": params["channel"],
                 "ts": ts,
                 "message": {"ts": ts, "blocks": blocks},
             }
+        if method == "conversations.history":
+            oldest = float(params.get("oldest") or 0)
+            with_metadata = str(params.get("include_all_metadata")).lower() in ("1", "true")
+            found = []
+            for (channel, ts), blocks in sorted(self.messages.items(), reverse=True):
+                if channel != params.get("channel") or float(ts) < oldest:
+                    continue
+                message = {"type": "message", "ts": ts, "blocks": blocks}
+                if with_metadata and (channel, ts) in self.metadata:
+                    message["metadata"] = self.metadata[(channel, ts)]
+                found.append(message)
+            return {"ok": True, "messages": found[: int(params.get("limit") or 100)]}
         if method == "users.info":
             user = params.get("user", "")
             if user not in self.locales:

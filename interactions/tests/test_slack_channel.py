@@ -5,7 +5,7 @@ sent, and without a bot token everything is a dry run with a synthetic `ts`."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -87,6 +87,36 @@ def test_a_retried_send_with_the_same_uuid_posts_once(slack_app, slack_stub):
     again = channel.send(slack_app.bot, message, receive_id=CHAT, uuid="same")
     assert first.pk == again.pk
     assert [c[0] for c in slack_stub.calls] == ["chat.postMessage"]
+
+
+def test_a_send_interrupted_after_slacks_answer_is_found_by_its_send_key_not_posted_again(
+    slack_app, slack_stub
+):
+    channel = channels.get("slack")
+    message = {
+        "text": "t",
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "x"}}],
+    }
+    first = channel.send(slack_app.bot, message, receive_id=CHAT, uuid="interrupted")
+    ts = first.address["ts"]
+    # the process died after Slack answered, before the address was recorded (the row was
+    # written just before the message: the stub's clock says 1700000000)
+    written = datetime.fromtimestamp(float(ts) - 1, UTC)
+    CardEntity.objects.filter(pk=first.pk).update(
+        address={}, open_message_id="", created_at=written
+    )
+    again = channel.send(slack_app.bot, message, receive_id=CHAT, uuid="interrupted")
+    assert again.pk == first.pk and again.address == {"channel": CHAT, "ts": ts}
+    assert CardEntity.objects.get(pk=first.pk).open_message_id == ts
+    methods = [c[0] for c in slack_stub.calls]
+    assert methods == ["chat.postMessage", "conversations.history"]  # no second message
+    # a send that never reached Slack is posted on its retry
+    CardEntity.objects.create(
+        bot=slack_app.bot, channel="slack", send_uuid="never-sent", created_at=written
+    )
+    third = channel.send(slack_app.bot, message, receive_id=CHAT, uuid="never-sent")
+    assert third.address["ts"] != ts
+    assert [c[0] for c in slack_stub.calls][2:] == ["conversations.history", "chat.postMessage"]
 
 
 def test_without_a_bot_token_sends_and_updates_are_a_dry_run(

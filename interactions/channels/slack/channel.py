@@ -177,9 +177,10 @@ class SlackChannel(Channel):
     def send(self, bot, message, *, receive_id, receive_id_type="chat_id", uuid=None, purpose=""):
         """Record, then `chat.postMessage` `message` (`{"text", "blocks"}`) to Slack channel
         `receive_id`; returns the `CardEntity` (`address={"channel", "ts"}`). A repeated
-        `uuid` whose send was recorded returns that record without a second message (Slack
-        has no idempotency key: a send interrupted between Slack's answer and the record can
-        be posted twice on a retry). Raises `ChannelSendError` (`code` = Slack's error,
+        `uuid` whose send was recorded returns that record without a second message; Slack has
+        no idempotency key, so the message carries the `uuid` as metadata and a retry of a send
+        interrupted between Slack's answer and the record first looks for it in the
+        conversation's history (`webapi.find_sent`) instead of posting again. Raises `ChannelSendError` (`code` = Slack's error,
         `no_slack_app` for a bot without a Slack app, or `invalid_blocks` for a message
         breaking `blocks.problems`; nothing sent)."""
         if getattr(bot, "slack_app", None) is None:
@@ -188,12 +189,22 @@ class SlackChannel(Channel):
         if problems:
             raise ChannelSendError("; ".join(problems[:5]), code="invalid_blocks")
         uuid = uuid or None
-        recorded = _recorded_send(bot, uuid, purpose) if uuid else None
+        recorded, created = _recorded_send(bot, uuid, purpose) if uuid else (None, False)
         if recorded is not None and recorded.address.get("ts"):
             return recorded
+        token = _token(bot)
+        if recorded is not None and not created and token:
+            found = _already_sent(token, receive_id, recorded)
+            if found:
+                return self._addressed(recorded, {"channel": receive_id, "ts": found})
         try:
             sent = webapi.post_message(
-                _token(bot), receive_id, message["blocks"], message.get("text", ""), _base_url()
+                token,
+                receive_id,
+                message["blocks"],
+                message.get("text", ""),
+                _base_url(),
+                send_key=recorded.send_uuid if recorded is not None else "",
             )
         except webapi.SlackCallError as exc:
             raise ChannelSendError(exc.error, code=exc.error) from None
@@ -206,10 +217,15 @@ class SlackChannel(Channel):
                 address=address,
                 purpose=purpose,
             )
-        else:
-            CardEntity.objects.filter(pk=recorded.pk).update(address=address)
-            recorded.address = address
-        return _record_message_ts(recorded, sent["ts"])
+            return _record_message_ts(recorded, sent["ts"])
+        return self._addressed(recorded, address)
+
+    @staticmethod
+    def _addressed(recorded: CardEntity, address: dict[str, str]) -> CardEntity:
+        """`recorded` with the sent message's `address` (and its `ts` as `open_message_id`)."""
+        CardEntity.objects.filter(pk=recorded.pk).update(address=address)
+        recorded.address = address
+        return _record_message_ts(recorded, address["ts"])
 
     def update(self, sent, message, *, version=None):
         """`cards.enqueue_card`: the whole message replaced by `chat.update`, paced and retried
@@ -289,16 +305,36 @@ def _record_message_ts(entity: CardEntity, ts: str) -> CardEntity:
     return entity
 
 
-def _recorded_send(bot, uuid: str, purpose: str) -> CardEntity:
-    """The row of send `uuid` of `bot`, written (and committed) before anything is sent."""
+def _recorded_send(bot, uuid: str, purpose: str) -> tuple[CardEntity, bool]:
+    """The row of send `uuid` of `bot`, written (and committed) before anything is sent, and
+    whether this call wrote it (False: an earlier send of the same `uuid` did)."""
     uuid = uuid[: cards.UUID_MAX]
     found = CardEntity.objects.for_send(bot, uuid).first()
     if found is not None:
-        return found
+        return found, False
     try:
         with transaction.atomic():
-            return CardEntity.objects.create(
+            row = CardEntity.objects.create(
                 bot=bot, channel=kinds.SLACK, send_uuid=uuid, purpose=purpose
             )
+        return row, True
     except IntegrityError:  # a concurrent send of the same uuid recorded it first
-        return CardEntity.objects.for_send(bot, uuid).get()
+        return CardEntity.objects.for_send(bot, uuid).get(), False
+
+
+#: Seconds before a recorded send's row was written that its message may carry as `ts` (a
+#: clock skew margin between this host and Slack).
+FIND_SENT_MARGIN = 60
+
+
+def _already_sent(token: str, channel: str, recorded: CardEntity) -> str | None:
+    """The `ts` of the message an earlier, interrupted send of `recorded` posted (found by its
+    send key in the conversation's history, `webapi.find_sent`), or None. A history Slack
+    will not show (no `*:history` scope, a transport failure) counts as none: the message is
+    then posted again, as before send keys."""
+    oldest = recorded.created_at.timestamp() - FIND_SENT_MARGIN
+    try:
+        return webapi.find_sent(token, channel, recorded.send_uuid, oldest, _base_url())
+    except webapi.SlackCallError as exc:
+        log.info("slack send %s: history not searched (%s); sending", recorded.pk, exc.error)
+        return None

@@ -116,9 +116,12 @@ def post_message(
     base_url: str = DEFAULT_BASE_URL,
     *,
     thread_ts: str | None = None,
+    send_key: str = "",
 ) -> dict:
     """`chat.postMessage` of `blocks` (Block Kit list) with fallback `text` to `channel`
-    (in thread `thread_ts` when given).
+    (in thread `thread_ts` when given). `send_key` (≤ 64 characters) goes into the message's
+    metadata (`event_type` `SEND_EVENT_TYPE`, https://api.slack.com/metadata/using), so a
+    retried send can find the message (`find_sent`): Slack has no idempotency key.
 
     Returns `{"channel": str, "ts": str, "dry_run": bool}`. Without a token: dry run, a log
     line and a synthetic `ts`. Raises SlackCallError with Slack's error code, or `transport`.
@@ -126,7 +129,9 @@ def post_message(
     if not token:
         logger.info("slack dry run: chat.postMessage to %s (%d blocks)", channel, len(blocks))
         return {"channel": channel, "ts": synthetic_ts(), "dry_run": True}
-    extra = {"thread_ts": thread_ts} if thread_ts else {}
+    extra: dict = {"thread_ts": thread_ts} if thread_ts else {}
+    if send_key:
+        extra["metadata"] = {"event_type": SEND_EVENT_TYPE, "event_payload": {"send": send_key}}
     try:
         resp = client(token, base_url).chat_postMessage(
             channel=channel, blocks=blocks, text=text, **extra
@@ -136,6 +141,45 @@ def post_message(
     except (SlackClientError, OSError):
         raise SlackCallError("transport", status=0) from None
     return {"channel": str(resp.get("channel") or channel), "ts": str(resp["ts"]), "dry_run": False}
+
+
+#: `event_type` of the metadata on every message Cardloop sends with a send key.
+SEND_EVENT_TYPE = "cardloop_send"
+#: How many of a conversation's newest messages `find_sent` looks through.
+FIND_SENT_LIMIT = 100
+
+
+def find_sent(
+    token: str, channel: str, send_key: str, oldest: float, base_url: str = DEFAULT_BASE_URL
+) -> str | None:
+    """The `ts` of the message of conversation `channel` that `post_message` sent with
+    `send_key`, posted since `oldest` (unix seconds), or None when there is none: one
+    `conversations.history` page (`oldest`, `include_all_metadata`, the newest
+    `FIND_SENT_LIMIT` messages; https://api.slack.com/methods/conversations.history), so a
+    send interrupted between Slack's answer and Cardloop's record is not posted twice on a
+    retry. Only the conversation's own history (not thread replies). Scopes: the
+    `*:history` ones. Raises SlackCallError (Slack's error code, or `transport`)."""
+    try:
+        history = client(token, base_url).conversations_history(
+            channel=channel,
+            oldest=f"{max(oldest, 0):.6f}",
+            include_all_metadata=True,
+            limit=FIND_SENT_LIMIT,
+        )
+    except SlackApiError as exc:
+        raise SlackCallError(str(exc.response.get("error") or "unknown")) from None
+    except (SlackClientError, OSError):
+        raise SlackCallError("transport", status=0) from None
+    for message in history.get("messages") or []:
+        metadata = message.get("metadata") if isinstance(message, dict) else None
+        if (
+            isinstance(metadata, dict)
+            and metadata.get("event_type") == SEND_EVENT_TYPE
+            and isinstance(metadata.get("event_payload"), dict)
+            and metadata["event_payload"].get("send") == send_key
+        ):
+            return str(message.get("ts") or "") or None
+    return None
 
 
 def update_message(
