@@ -69,7 +69,9 @@ class ProgressView(BotAPIView):
             "session (the card shows the recovery text, panels are told, old forms answer "
             "that the question is no longer valid); completed / failed / cancelled end them (reason session_ended). "
             "`cancel_requested` is true once the requester pressed 'Cancel task'. A failed "
-            "first send answers 502 `send_failed` (state kept; the next PUT retries)."
+            "first send answers 502 `send_failed` (state kept; the next PUT retries) with "
+            "Feishu's `feishu_code` / `feishu_msg` / `log_id`, or `<channel>_error` for "
+            "another channel."
         ),
     )
     def put(self, request, session_id: str):
@@ -91,28 +93,28 @@ class ProgressView(BotAPIView):
                 tool_lines=data.get("tool_lines"),
                 receive_id=receive_id,
                 receive_id_type=receive_id_type,
-                channel=data["channel"],
+                channel=data.get("channel"),
                 requester_open_id=data.get("requester_open_id"),
                 details_url=data.get("details_url"),
             )
         except asks.AskRefused as refused:
             raise ApiError(refused.code, {refused.field: [str(refused.message)]}, 400) from None
         except progress.SendFailed as exc:
-            raise ApiError(
-                "send_failed",
-                {
-                    "message": str(
-                        _("Feishu did not accept the card; the state is kept.")
-                        if data["channel"] == kinds.FEISHU
-                        else _("The channel did not accept the message; the state is kept.")
-                    ),
+            if exc.channel != kinds.FEISHU:  # that channel's own error code, as deliveries do
+                detail = {
+                    "message": str(_("The channel did not accept the message; the state is kept.")),
+                    f"{exc.channel}_error": exc.code,
+                    "problems": exc.problems,
+                }
+            else:
+                detail = {
+                    "message": str(_("Feishu did not accept the card; the state is kept.")),
                     "feishu_code": exc.code,
                     "feishu_msg": exc.msg,
                     "log_id": exc.log_id,
                     "problems": exc.problems,
-                },
-                502,
-            ) from None
+                }
+            raise ApiError("send_failed", detail, 502) from None
         body = {
             **progress_json(result.session),
             "created": result.created,

@@ -33,7 +33,7 @@ from botadmin.models import Bot
 from botadmin.services import effective_policy_for
 from interactions import channels, events, kinds
 from interactions.asks.card import RENDERER, refresh_card, render_session
-from interactions.asks.service import AskRefused, invalidate_session_asks
+from interactions.asks.service import AskRefused, invalidate_session_asks, person_fits
 from interactions.cardqueue import service as cards
 from interactions.models import Ask, ProgressSession
 
@@ -54,12 +54,13 @@ class ProgressResult:
 
 
 class SendFailed(Exception):
-    """The first send of a progress message failed (`code`, `msg`, `log_id` from the channel's
-    platform, `problems` from message validation); the state is kept and the next PUT sends again."""
+    """The first send of a progress message on `channel` failed (`code`, `msg`, `log_id` from
+    the channel's platform, `problems` from message validation); the state is kept and the next PUT sends again."""
 
-    def __init__(self, *, code=None, msg="", log_id="", problems=()):
+    def __init__(self, *, code=None, msg="", log_id="", problems=(), channel=kinds.FEISHU):
         super().__init__(msg or "send failed")
         self.code, self.msg, self.log_id, self.problems = code, msg, log_id, list(problems)
+        self.channel = channel
 
 
 def send_uuid(bot: Bot, session_id: str) -> str:
@@ -78,7 +79,7 @@ def update_progress(
     tool_lines: list[str] | None = None,
     receive_id: str = "",
     receive_id_type: str = "chat_id",
-    channel: str = kinds.FEISHU,
+    channel: str | None = None,
     requester_open_id: str | None = None,
     details_url: str | None = None,
     now: datetime | None = None,
@@ -91,9 +92,11 @@ def update_progress(
     the session (reason `recovering`), a terminal status (completed | failed | cancelled) with
     reason `session_ended`; their forms leave the card and panels are told.
 
-    `channel` (a kind with buttons and forms whose channel renders progress: feishu, slack,
-    telegram) is where the first call sends the message; the session keeps it, and a later
-    call naming another channel is refused (`channel_changed`).
+    `channel` (a kind whose channel renders progress: feishu, slack, telegram; None: the
+    session's, Feishu for a new session) is where the first call sends the message; the
+    session keeps it, and a later call naming another channel is refused (`channel_changed`).
+    `requester_open_id` must be a person id of the session's channel (`requester_channel`);
+    `receive_id_type` `open_id` is Feishu's (`open_id_channel`).
 
     Network I/O (the first send) happens outside any transaction. Raises `AskRefused` when the
     first call names no `receive_id`, when `channel` cannot show progress messages
@@ -102,8 +105,8 @@ def update_progress(
     """
     if status not in PS.values:
         raise ValueError(f"unknown progress status {status!r}")
-    channel_kind = kinds.normalize(channel) or channel
-    if not _shows_progress(channel_kind):
+    asked = (kinds.normalize(channel) or channel) if channel else None
+    if asked is not None and not _shows_progress(asked):
         raise AskRefused(
             "channel_unsupported",
             "channel",
@@ -118,12 +121,25 @@ def update_progress(
             .filter(bot=bot, session_id=session_id)
             .first()
         )
-        if session is not None and session.channel != channel_kind:
+        if session is not None and asked is not None and session.channel != asked:
             raise AskRefused(
                 "channel_changed",
                 "channel",
                 _("This session's progress is shown on %(channel)s; its channel cannot change.")
                 % {"channel": session.channel},
+            )
+        channel_kind = session.channel if session is not None else asked or kinds.FEISHU
+        if requester_open_id and not person_fits(channel_kind, requester_open_id):
+            raise AskRefused(
+                "requester_channel",
+                "requester_open_id",
+                _("Use the requester's id on %(channel)s.") % {"channel": channel_kind},
+            )
+        if session is None and receive_id_type == "open_id" and channel_kind != kinds.FEISHU:
+            raise AskRefused(
+                "open_id_channel",
+                "open_id",
+                _("open_id is Feishu's; on this channel give chat_id."),
             )
         if session is None:
             if not receive_id:
@@ -197,6 +213,7 @@ def update_progress(
                 msg=getattr(exc, "msg", "") or "invalid card",
                 log_id=getattr(exc, "log_id", ""),
                 problems=getattr(exc, "problems", ()),
+                channel=session.channel,
             ) from None
         # asks registered while sending point at the card (their rows first, then the
         # session's: the lock order of resolve(), so the two never deadlock)

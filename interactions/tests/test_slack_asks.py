@@ -420,3 +420,27 @@ def test_an_mcp_ask_of_a_slack_session_goes_on_its_slack_message(api, shown, sla
     with pytest.raises(asks.AskRefused) as refused:
         tools._register_ask(feishu_token, {"questions": QUESTIONS}, "rpc-2")
     assert refused.value.code == "requester_channel"
+
+
+def test_later_progress_calls_may_leave_the_channel_out_and_keep_slacks(api, shown, slack_stub):
+    later = api.put(
+        f"/api/v1/sessions/{SESSION}/progress",
+        {"status": "completed", "summary": "Done", "requester_open_id": REQUESTER},
+        format="json",
+    )
+    assert later.status_code == 200, later.content
+    assert later.json()["channel"] == "slack" and later.json()["status"] == "completed"
+    run_queue()
+    assert "Done" in json.dumps(message_blocks(slack_stub, shown))
+
+
+def test_a_requester_of_another_channel_is_refused_without_a_channel_named(api, shown):
+    wrong = api.put(
+        f"/api/v1/sessions/{SESSION}/progress",
+        {"status": "running", "requester_open_id": "ou_feishu_person"},
+        format="json",
+    )
+    assert wrong.status_code == 400
+    assert wrong.json()["error"] == "requester_channel"
+    assert "requester_open_id" in wrong.json()["detail"]
+    assert ProgressSession.objects.get(session_id=SESSION).requester_open_id == REQUESTER

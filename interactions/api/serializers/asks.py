@@ -35,18 +35,11 @@ def _requester_matches(pattern: str) -> dict:
     return {"properties": {"requester_open_id": {"pattern": rf"^(?:{core})?$"}}}
 
 
-#: What JSON schema can state of `ProgressSerializer.validate`: the requester is a person id
-#: of the session's channel (Feishu when `channel` is left out), and only Feishu takes `open_id`.
+#: What JSON schema can state of `ProgressSerializer.validate`: a requester given with a
+#: `channel` is a person id of that channel, and only Feishu takes `open_id`. Without
+#: `channel` the session's channel applies (Feishu for a new one), which the server checks.
 PROGRESS_RULES = (
-    {
-        "anyOf": [
-            {
-                "properties": {"channel": {"enum": [kinds.SLACK, kinds.TELEGRAM]}},
-                "required": ["channel"],
-            },
-            _requester_matches(OPEN_ID_PATTERN),
-        ]
-    },
+    when("channel", [kinds.FEISHU], _requester_matches(OPEN_ID_PATTERN)),
     when("channel", [kinds.SLACK], _requester_matches(kinds.OPERATOR_ID_PATTERNS[kinds.SLACK])),
     when(
         "channel",
@@ -64,10 +57,10 @@ class ProgressSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=ProgressSession.Status.choices)
     channel = serializers.ChoiceField(
         choices=PROGRESS_CHANNELS,
-        default=kinds.FEISHU,
+        required=False,
         help_text=_(
             "Where the progress message is shown (feishu | slack | telegram); the first call "
-            "sets it and later calls may not change it."
+            "sets it (default feishu), later calls may leave it out but not change it."
         ),
     )
     title = StrictCharField(max_length=200, required=False, allow_blank=True)
@@ -115,7 +108,9 @@ class ProgressSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"open_id": [_("Give chat_id or open_id, not both.")]}
             )
-        channel = attrs.get("channel", kinds.FEISHU)
+        channel = attrs.get("channel")
+        if channel is None:  # the session's channel: checked by the service against it
+            return attrs
         if channel != kinds.FEISHU and attrs.get("open_id"):
             raise serializers.ValidationError(
                 {"open_id": [_("open_id is Feishu's; on this channel give chat_id.")]}
