@@ -214,7 +214,7 @@ def area_state(policy: dict[str, Any], delivery_id: str, choice: Choice | None) 
     """The channel-neutral state of the feedback area of a delivery with snapshot `policy` and
     current revision `choice` (None before any), texts in the active language. Pure.
 
-    The rules (PRODUCT: the feedback area): buttons of the visible semantics in policy order,
+    The rules (docs/PRODUCT.md §3.3, the feedback area): buttons of the visible semantics in policy order,
     the chosen one marked; locked (not clickable) when reselect is off, only the requester may
     answer and they did; a negative choice without details opens the follow-up when the policy
     has reasons or comments; a choice with details shows what was added instead."""

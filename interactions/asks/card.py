@@ -45,7 +45,7 @@ def pending_asks(session: ProgressSession, *, now: datetime | None = None) -> li
     )
 
 
-def render_session(session: ProgressSession) -> dict[str, Any] | str:
+def render_session(session: ProgressSession) -> dict[str, Any]:
     """The progress message of `session` as it is now (pending asks included), rendered by
     the session's channel (`Channel.render_progress`: Feishu Card JSON 2.0, Slack Block Kit,
     …)."""

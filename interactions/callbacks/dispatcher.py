@@ -559,8 +559,9 @@ def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:
     """A card in the answer must be valid Card JSON 2.0 (Feishu rejects the whole answer
     otherwise): when it is not, answer toast-only and
     queue the card as an update after the answer. Only Feishu shows the card of an answer:
-    for a click from another channel (`action.channel`; Slack, whose messages are replaced
-    through the card queue by the handlers' own updates) the card is left out, nothing queued."""
+    for a click from another channel (`action.channel`: Slack and Telegram, whose messages
+    are replaced through the card queue by the handlers' own updates) the card is left out,
+    nothing queued."""
     card = answer.get("card")
     if card is None:
         return answer

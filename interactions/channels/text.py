@@ -31,10 +31,10 @@ class TextChannel(Channel):
         return interaction_cards.fallback_text(ia, self.name)
 
     def render_progress(self, session, asks) -> str:
-        raise Unsupported(f"{self.name}: progress cards are shown on Feishu only")
+        raise Unsupported(f"{self.name}: progress messages need a channel with buttons")
 
     def render_feedback_area(self, policy: dict[str, Any], delivery_id: str, choice) -> str:
-        raise Unsupported(f"{self.name}: feedback areas are shown on Feishu only")
+        raise Unsupported(f"{self.name}: feedback areas need a channel with buttons")
 
     def send(self, bot, message, *, receive_id, receive_id_type="chat_id", uuid=None, purpose=""):
         raise Unsupported(f"{self.name}: the bot backend sends the text itself")

@@ -154,6 +154,8 @@ def clicker_locale(app: SlackApp, user: str) -> str:
     from interactions.channels.slack import webapi
 
     locale = webapi.user_locale(app.secret("bot_token"), user, settings.CARDLOOP_SLACK_API_BASE_URL)
+    if locale is None:  # Slack may tell next time (rate limit, 5xx, network): not kept
+        return ""
     with _locales_lock:
         if len(_locales) >= LOCALE_CACHE_SIZE:
             _locales.clear()

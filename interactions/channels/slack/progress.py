@@ -97,8 +97,9 @@ def message(
     session: ProgressSession, asks: list[Interaction] = (), language: str | None = None
 ) -> dict[str, Any]:
     """`{"text", "blocks"}` of `session` with `asks` (its pending asks, any order) as forms
-    while it is running, in `language` (default: the bot's `card_language`). Always passes
-    `blocks.problems` (shortened, then forms hidden, to fit; module docstring)."""
+    while it is running, in `language` (default: the bot's `card_language`). Shortened, then
+    forms hidden, to pass `blocks.problems` (module docstring); the last, shortest form is
+    returned even if it still breaks a limit, and `SlackChannel.send` refuses that one."""
     pending = sorted(
         (a for a in asks if a.status == Interaction.Status.PENDING),
         key=lambda a: (a.form_index, a.created_at),

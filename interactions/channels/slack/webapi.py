@@ -225,22 +225,23 @@ def post_ephemeral(response_url: str, text: str) -> bool:
     return resp.status_code == 200
 
 
-def user_locale(token: str, user: str, base_url: str = DEFAULT_BASE_URL) -> str:
+def user_locale(token: str, user: str, base_url: str = DEFAULT_BASE_URL) -> str | None:
     """The Slack locale (IETF tag, e.g. "en-US", "zh-CN") of workspace user `user`, from
     `users.info` with `include_locale` (https://api.slack.com/methods/users.info; needs the
-    `users:read` scope). "" when it cannot be known: no token (dry run), a Slack error (e.g.
-    `missing_scope`, `user_not_found`) or a transport failure. Never raises; logs the error
-    code only, never the user id."""
+    `users:read` scope). "" when Slack will not tell: no token (dry run), a Slack error (e.g.
+    `missing_scope`, `user_not_found`); None when it may tell later (a rate limit, a 5xx, a
+    transport failure). Never raises; logs the error code only, never the user id."""
     if not token or not user:
         return ""
     try:
         resp = client(token, base_url).users_info(user=user, include_locale=True)
     except SlackApiError as exc:
-        logger.info("slack users.info failed: %s", exc.response.get("error") or "unknown")
-        return ""
+        error = _call_error(exc)
+        logger.info("slack users.info failed: %s", error.error)
+        return None if error.retryable else ""
     except (SlackClientError, OSError):
         logger.info("slack users.info failed: transport")
-        return ""
+        return None
     found = resp.get("user")
     locale = found.get("locale") if isinstance(found, dict) else None
     return str(locale) if isinstance(locale, str) else ""
