@@ -31,7 +31,8 @@ Field names are unique across the card (Feishu: names are card-wide): the first 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from django.utils.translation import gettext as _
 
@@ -240,6 +241,39 @@ def _buttons(session: ProgressSession) -> dict[str, Any] | None:
     }
 
 
+M = TypeVar("M")
+
+
+def pending_in_order(asks: Iterable[Interaction]) -> list[Interaction]:
+    """The pending ones of `asks`, in the order their forms are shown (`form_index`, then
+    creation)."""
+    return sorted(
+        (a for a in asks if a.status == Interaction.Status.PENDING),
+        key=lambda a: (a.form_index, a.created_at),
+    )
+
+
+def fit(
+    pending: list[Interaction],
+    render_at: Callable[[list[Interaction], int, int], M],
+    problems: Callable[[M], list],
+) -> M:
+    """The first rendering of a progress message that a channel's limits accept (`problems`
+    empty): `render_at(asks shown, LEVELS index, asks hidden)` with every form at each
+    shortening level, then at the shortest level with only the oldest forms (the rest
+    counted as hidden). Every channel's renderer fits its message this way. Returns the last
+    try (no form, shortest) when none is accepted; its sender then refuses it."""
+    last = len(LEVELS) - 1
+    tries = [(pending, level, 0) for level in range(len(LEVELS))] + [
+        (pending[:shown], last, len(pending) - shown) for shown in range(len(pending) - 1, -1, -1)
+    ]
+    for shown_asks, level, hidden in tries:
+        rendered = render_at(shown_asks, level, hidden)
+        if not problems(rendered):
+            return rendered
+    return rendered
+
+
 def render(
     session: ProgressSession, asks: list[Interaction] = (), language: str | None = None
 ) -> dict[str, Any]:
@@ -248,24 +282,13 @@ def render(
     `card_language`) as content. Valid for `interactions.lark.cardjson.validate_card` in every
     state (shortened to fit Feishu's limits with both languages, see module docstring)."""
     language = language or language_of(session)
-    pending = sorted(
-        (a for a in asks if a.status == Interaction.Status.PENDING),
-        key=lambda a: (a.form_index, a.created_at),
+    return fit(
+        pending_in_order(asks),
+        lambda shown, level, hidden: bilingual(
+            lambda: _render(session, shown, level, hidden=hidden), language
+        ),
+        validate_card,
     )
-    card: dict[str, Any] = {}
-    for level in range(len(LEVELS)):
-        card = bilingual(lambda lv=level: _render(session, pending, lv, hidden=0), language)
-        if not validate_card(card):
-            return card
-    last = len(LEVELS) - 1
-    for shown in range(len(pending) - 1, -1, -1):
-        card = bilingual(
-            lambda n=shown: _render(session, pending[:n], last, hidden=len(pending) - n),
-            language,
-        )
-        if not validate_card(card):
-            return card
-    return card
 
 
 def _render(

@@ -100,22 +100,12 @@ def message(
     while it is running, in `language` (default: the bot's `card_language`). Shortened, then
     forms hidden, to pass `blocks.problems` (module docstring); the last, shortest form is
     returned even if it still breaks a limit, and `SlackChannel.send` refuses that one."""
-    pending = sorted(
-        (a for a in asks if a.status == Interaction.Status.PENDING),
-        key=lambda a: (a.form_index, a.created_at),
-    )
     with translation.override(language or language_of(session)):
-        rendered: dict[str, Any] = {}
-        for level in range(len(pc.LEVELS)):
-            rendered = _message(session, pending, level, hidden=0)
-            if not problems(rendered):
-                return rendered
-        last = len(pc.LEVELS) - 1
-        for shown in range(len(pending) - 1, -1, -1):
-            rendered = _message(session, pending[:shown], last, hidden=len(pending) - shown)
-            if not problems(rendered):
-                return rendered
-        return rendered
+        return pc.fit(
+            pc.pending_in_order(asks),
+            lambda shown, level, hidden: _message(session, shown, level, hidden=hidden),
+            problems,
+        )
 
 
 def question_text(question: dict[str, Any], level: int = 0) -> str:

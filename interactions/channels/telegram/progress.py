@@ -79,22 +79,14 @@ def render_progress(
     and their keyboard states `selections` (`{ask public_id: Selection}`; missing = nothing chosen).
     Pure; always within Telegram's limits (see the module docstring)."""
     selections = selections or {}
-    pending = sorted(
-        (a for a in asks if a.status == Interaction.Status.PENDING),
-        key=lambda a: (a.form_index, a.created_at),
+    pending = progress_cards.pending_in_order(asks) if session.shows_forms else []
+    message = progress_cards.fit(
+        pending,
+        lambda shown, level, hidden: _render(session, shown, selections, level, hidden),
+        render.limit_problems,
     )
-    if not session.shows_forms:
-        pending = []
-    message = None
-    for level in range(len(progress_cards.LEVELS)):
-        message = _render(session, pending, selections, level, hidden=0)
-        if not render.limit_problems(message):
-            return message
-    last = len(progress_cards.LEVELS) - 1
-    for shown in range(len(pending) - 1, -1, -1):
-        message = _render(session, pending[:shown], selections, last, len(pending) - shown)
-        if not render.limit_problems(message):
-            return message
+    if not render.limit_problems(message):
+        return message
     return render.checked(render.TelegramMessage(render.fit(message.text), message.reply_markup))
 
 
