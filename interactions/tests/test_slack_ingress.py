@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -46,7 +47,10 @@ async def _request(path: str, body: bytes, headers: dict, content_type: str):
         "POST",
         path,
         body=body,
-        headers=[(k.lower().encode(), str(v).encode()) for k, v in sent.items()],
+        headers=[
+            (k.lower().encode(), v if isinstance(v, bytes) else str(v).encode())
+            for k, v in sent.items()
+        ],
     )
     response = await communicator.get_response(timeout=10)
     await communicator.wait(timeout=10)
@@ -281,3 +285,57 @@ def test_a_clicker_whose_locale_slack_does_not_tell_gets_the_bots_language(
     assert post_interactivity(body, sign(body)) == (200, {})
     ((_key, told),) = slack_stub.responses
     assert not told["text"].isascii()  # the bot's card language (Chinese)
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    [b"\xb2", "9" * 5000, "\u0661\u0662"],  # latin-1 superscript two, huge, Arabic-Indic digits
+    ids=["superscript", "5000_digits", "other_digits"],
+)
+def test_a_timestamp_of_other_digits_or_thousands_of_them_is_refused_400(sent_approval, timestamp):
+    body = form_body(click_payload(sent_approval, sent_approval.card, "approve"))
+    headers = {**sign(body), "X-Slack-Request-Timestamp": timestamp}
+    _refused_without_writes(post_interactivity(body, headers), 400, "bad_timestamp", sent_approval)
+
+
+def test_a_body_that_is_not_utf8_is_refused_400_on_both_urls(sent_approval):
+    body = b"payload=\xff\xfe"
+    headers = {**sign(b""), "X-Slack-Signature": "v0=" + "0" * 64}
+    _refused_without_writes(post_interactivity(body, headers), 400, "bad_payload", sent_approval)
+    status, answer = post_event(body, headers)
+    assert (status, answer["error"]) == (400, "bad_payload")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"user": "U0STRING"},
+        {"team": ["T0"]},
+        {"container": ["x"]},
+        {"state": {"values": ["x"]}},
+        {"actions": {"action_id": "approve"}},
+        {"user": {"id": "U\ud800"}},
+    ],
+    ids=["user_str", "team_list", "container_list", "values_list", "actions_dict", "surrogate"],
+)
+def test_a_signed_payload_slack_would_never_send_is_refused_400(sent_approval, change):
+    payload = {**click_payload(sent_approval, sent_approval.card, "approve"), **change}
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    _refused_without_writes(post_interactivity(body, sign(body)), 400, "bad_payload", sent_approval)
+
+
+def test_deeply_nested_json_on_the_events_url_is_refused_400(slack_app):
+    body = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, answer = post_event(body, sign(body))
+    assert (status, answer["error"]) == (400, "bad_payload")
+    assert InboundEvent.objects.count() == 0
+
+
+def test_a_body_over_the_upload_limit_is_a_413_json_refusal(sent_approval, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    body = (
+        form_body(click_payload(sent_approval, sent_approval.card, "approve"))
+        + b"&x="
+        + (b"y" * 4096)
+    )
+    _refused_without_writes(post_interactivity(body, sign(body)), 413, "too_large", sent_approval)

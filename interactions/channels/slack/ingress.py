@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import close_old_connections
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -47,6 +48,7 @@ from botadmin.models import SlackApp
 from interactions.callbacks import dispatcher
 from interactions.render.bilingual import bot_language, card_locale
 from plumbing import metrics
+from plumbing.parsers import contains_unstorable
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +94,47 @@ def verify(app: SlackApp | None, body: bytes, headers) -> SlackResponse | None:
         return refuse(401, "no_signing_secret", "This Slack app has no signing secret set.")
     timestamp = headers.get("X-Slack-Request-Timestamp") or ""
     signature = headers.get("X-Slack-Signature") or ""
-    if not timestamp.isdigit():
+    # Slack's timestamp is Unix seconds in ASCII digits; anything else (other Unicode digits,
+    # thousands of digits) is refused before int() or the verifier see it
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
         return refuse(400, "bad_timestamp", "X-Slack-Request-Timestamp is missing or malformed.")
     if not signature:
         return refuse(401, "bad_signature", "X-Slack-Signature is missing.")
     if abs(time.time() - int(timestamp)) > MAX_AGE_SECONDS:
         return refuse(401, "stale_request", "The request timestamp is older than 5 minutes.")
+    try:  # slack-sdk's verifier decodes the body as UTF-8 to sign it
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return refuse(400, "bad_payload", "The body is not UTF-8.")
     if not SignatureVerifier(secret).is_valid(body=body, timestamp=timestamp, signature=signature):
         return refuse(401, "bad_signature", "The signature does not match this app's secret.")
     return None
+
+
+def _body(request) -> tuple[bytes, SlackResponse | None]:
+    """The raw body, or the 413 refusal of one over `DATA_UPLOAD_MAX_MEMORY_SIZE`."""
+    try:
+        return request.body, None
+    except RequestDataTooBig:
+        return b"", refuse(413, "too_large", "The body is larger than Cardloop accepts.")
+
+
+def well_formed(payload: dict[str, Any]) -> bool:
+    """Whether a signed `block_actions` payload has the shapes Slack documents for the parts
+    Cardloop reads (https://api.slack.com/reference/interaction-payloads/block-actions):
+    `user`, `team`, `container`, `channel`, `message` and `state` objects (or absent),
+    `state.values` an object, `actions` a list of objects, and no NUL or lone surrogate
+    anywhere (nothing could store it). Slack sends nothing else; anything else is refused."""
+    if contains_unstorable(payload):
+        return False
+    for name in ("user", "team", "container", "channel", "message", "state"):
+        if payload.get(name) is not None and not isinstance(payload.get(name), dict):
+            return False
+    values = (payload.get("state") or {}).get("values")
+    if values is not None and not isinstance(values, dict):
+        return False
+    actions = payload.get("actions")
+    return isinstance(actions, list) and all(isinstance(a, dict) for a in actions)
 
 
 def _app(app_id: str) -> SlackApp | None:
@@ -169,8 +203,8 @@ def interactivity(request, app_id: str):
     if request.method != "POST":
         return refuse(405, "method_not_allowed", "Use POST.")
     app = _app(app_id)
-    body = request.body
-    refusal = verify(app, body, request.headers)
+    body, refusal = _body(request)
+    refusal = refusal or verify(app, body, request.headers)
     if refusal is not None:
         return refusal
     try:
@@ -178,11 +212,13 @@ def interactivity(request, app_id: str):
         payload = json.loads(form["payload"][0])
         if not isinstance(payload, dict):
             raise ValueError("payload is not an object")
-    except (UnicodeDecodeError, ValueError, KeyError, IndexError):
+    except (UnicodeDecodeError, ValueError, KeyError, IndexError, RecursionError):
         return refuse(400, "bad_payload", "payload: a form field holding a JSON object.")
     kind = payload.get("type")
     if kind != "block_actions" or not payload.get("actions"):
         return SlackResponse({})  # view_submission and others: acknowledged, not used
+    if not well_formed(payload):
+        return refuse(400, "bad_payload", "payload: not a block_actions payload as Slack sends.")
     if _is_link_click(payload):
         return SlackResponse({})  # Slack opened the link button's URL; nothing to handle
     from interactions.channels.slack.channel import neutral_payload
@@ -237,15 +273,15 @@ def events(request, app_id: str):
     if request.method != "POST":
         return refuse(405, "method_not_allowed", "Use POST.")
     app = _app(app_id)
-    body = request.body
-    refusal = verify(app, body, request.headers)
+    body, refusal = _body(request)
+    refusal = refusal or verify(app, body, request.headers)
     if refusal is not None:
         return refusal
     try:
         payload = json.loads(body.decode("utf-8"))
         if not isinstance(payload, dict):
             raise ValueError("not an object")
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return refuse(400, "bad_payload", "The body must be a JSON object.")
     if payload.get("type") == "url_verification":
         return SlackResponse({"challenge": str(payload.get("challenge") or "")})
@@ -301,6 +337,11 @@ def on_message(event) -> None:
     message = event.event
     text = message.get("text")
     if not isinstance(text, str) or not text.lstrip().startswith("/_interaction"):
+        return
+    if not all(
+        isinstance(message.get(k) or "", str) for k in ("channel", "user", "ts", "thread_ts")
+    ):
+        log.info("slack text command: a message field is not a string; ignored")
         return
     channel_id = str(message.get("channel") or "")
     reply = handle(event.bot, text, open_id=str(message.get("user") or ""), chat_id=channel_id)
