@@ -351,26 +351,48 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def handle_event(bot, payload: dict[str, Any]) -> None:
+def handle_event(bot, payload: dict[str, Any]) -> bool:
     """Deliver a verified ordinary event of `bot` to its registered handlers (within the
     budget; a slow handler keeps running in its thread of `EVENT_POOL`). Never raises. An
     event with a NUL character or a lone surrogate anywhere is dropped with a warning (nothing
-    could store it)."""
+    could store it).
+
+    Returns whether the event is taken care of: True when it was handled, is a duplicate, was
+    dropped, or is claimed and still running past the budget; False when it was NOT recorded —
+    its claim could not be written within the budget or failed on a transient database error,
+    or a handler failed on one (its claim is then let go). A transport whose platform delivers
+    again after an error answer (Slack's Events API, Telegram's webhook) answers False with a
+    503, so the event is not lost; the claim deduplicates a redelivery of one that was
+    recorded after all."""
     if contains_unstorable(payload):
         log.warning("event of %s carries a NUL character or a lone surrogate; dropped", bot.app_id)
         metrics.count_refused("unstorable_characters")
-        return
+        return True
     _answer_kind.set("event")
     _release_caller_connection()
-    future = EVENT_POOL.submit(run_isolated, _deliver_event, bot, payload)
+    claimed = threading.Event()
+    future = EVENT_POOL.submit(run_isolated, _deliver_event, bot, payload, claimed)
     try:
-        future.result(timeout=budget())
+        return future.result(timeout=budget())
     except FutureTimeout:
         log.warning(
-            "event %s of %s still being handled after the budget", _event_id(payload), bot.app_id
+            "event %s of %s still being handled after the budget (%s)",
+            _event_id(payload),
+            bot.app_id,
+            "claimed" if claimed.is_set() else "not claimed yet: asked to be sent again",
         )
-    except Exception:
+        return claimed.is_set()
+    except Exception as exc:
+        if transient.is_transient(exc):
+            log.warning(
+                "event %s of %s: database unavailable (%s); not recorded",
+                _event_id(payload),
+                bot.app_id,
+                type(exc).__name__,
+            )
+            return False
         log.exception("event %s of %s failed", _event_id(payload), bot.app_id)
+        return True
 
 
 def _event_id(payload: dict[str, Any]) -> str:
@@ -589,19 +611,38 @@ def _checked_card(bot, action, answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _deliver_event(bot, payload: dict[str, Any]) -> None:
+def _deliver_event(bot, payload: dict[str, Any], claimed: threading.Event | None = None) -> bool:
+    """Claim the event and run its handlers (`handle_event`); `claimed` is set once the claim
+    is written. Returns False when a handler failed on a transient database error (the claim
+    is let go, so a redelivery runs it); raises when the claim itself cannot be written."""
     event = registry.LarkEvent.from_payload(bot, payload)
     if event.event_id:
         row, created = inbound.claim_event(bot, event.event_id, event.event_type or "p1")
+        if claimed is not None:
+            claimed.set()
         if not created:
             log.info("event %s of %s is a duplicate; not handled again", event.event_id, bot.app_id)
-            return
+            return True
     else:
         row = None
+        if claimed is not None:
+            claimed.set()
     for handler in registry.event_handlers(event.event_type):
         try:
             handler(event)
-        except Exception:
+        except Exception as exc:
+            if transient.is_transient(exc):
+                log.warning(
+                    "%r: handler %r failed on the database (%s); claim let go",
+                    event,
+                    getattr(handler, "__qualname__", handler),
+                    type(exc).__name__,
+                )
+                transient.reset_connection()
+                if row is not None:
+                    inbound.release_event(row)
+                return False
             log.exception("%r: handler %r raised", event, getattr(handler, "__qualname__", handler))
     if row is not None:
         inbound.finish_event(row, None)
+    return True

@@ -114,6 +114,16 @@ def stored_answer(pk: int) -> dict[str, Any]:
     return duplicate_answer(InboundEvent.objects.get(pk=pk))
 
 
+def release_event(row: InboundEvent) -> None:
+    """Forget the claim of event `row` whose handler failed on a transient database error, so
+    the platform's redelivery is handled instead of being taken for a duplicate. Best effort:
+    with the database still gone the claim stays (logged)."""
+    try:
+        InboundEvent.objects.filter(pk=row.pk, status=InboundEvent.Status.PROCESSING).delete()
+    except Exception as exc:  # noqa: BLE001 - best effort, see the docstring
+        log.warning("event claim %s not let go (%s)", row.pk, type(exc).__name__)
+
+
 def finish_event(row: InboundEvent, answer: dict[str, Any] | None) -> None:
     """Mark `row` answered and keep the toast of `answer` (never its card)."""
     InboundEvent.objects.mark_answered(row.pk, (answer or {}).get("toast"))

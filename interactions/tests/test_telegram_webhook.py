@@ -222,3 +222,32 @@ def test_twenty_concurrent_deliveries_of_one_update_are_handled_once(stub, tg, a
     assert approval.resolution["action_id"] == "always"
     assert InboundEvent.objects.filter(event_id=f"tg:{update['update_id']}").count() == 1
     assert Event.objects.filter(type="interaction.resolved").count() == 1
+
+
+def test_a_message_whose_handler_finds_the_database_gone_is_refused_503_then_handled_again(
+    stub, tg, register_card_handler
+):
+    """Telegram delivers an update again until it gets a 2xx: a message that could not be
+    recorded is answered 503, its claim let go, and the redelivery is handled."""
+    import sqlite3
+
+    from interactions.channels.telegram import handlers
+    from interactions.models import InboundEvent
+
+    runs = []
+
+    def flaky(event):
+        runs.append(event.event_id)
+        if len(runs) == 1:
+            raise sqlite3.OperationalError("database is locked")
+
+    register_card_handler.event(handlers.MESSAGE_EVENT, flaky)
+    update = tu.text_message("hello there")
+    first = post(update)
+    assert first.status_code == 503 and first.json()["error"] == "database_unavailable"
+    assert first["Retry-After"] == "2"
+    assert InboundEvent.objects.count() == 0  # the claim was let go
+    again = post(update)  # Telegram's redelivery: the same update_id
+    assert again.status_code == 200 and len(runs) == 2
+    assert InboundEvent.objects.count() == 1
+    assert post(update).status_code == 200 and len(runs) == 2  # now a duplicate

@@ -290,7 +290,7 @@ def events(request, app_id: str):
         return SlackResponse({})
     if event.get("type") != "message" or event.get("subtype") or event.get("bot_id"):
         return SlackResponse({})
-    dispatcher.handle_event(
+    recorded = dispatcher.handle_event(
         app.bot,
         {
             "header": {
@@ -301,6 +301,10 @@ def events(request, app_id: str):
             "event": event,
         },
     )
+    if not recorded:  # Slack retries an event it got no 2xx for (X-Slack-Retry-Num)
+        response = refuse(503, "database_unavailable", "Not recorded; send the event again.")
+        response["Retry-After"] = "2"
+        return response
     return SlackResponse({})
 
 

@@ -28,6 +28,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -107,7 +108,9 @@ def webhook(request, bot_user_id: int):
         return _error(401, "unauthorized", f"Missing or wrong {SECRET_HEADER}.", SECRET_HEADER)
     try:
         update = json.loads(request.body)
-    except ValueError:
+    except RequestDataTooBig:
+        return _error(413, "too_large", "The body is larger than Cardloop accepts.", "body")
+    except (ValueError, RecursionError):
         return _error(400, "invalid", "The body is not JSON.", "body")
     if not isinstance(update, dict):
         return _error(400, "invalid", "The body must be a JSON object (an Update).", "body")
@@ -122,13 +125,19 @@ def webhook(request, bot_user_id: int):
     if isinstance(query, dict):
         _callback_query(tg, update_id, query)
     elif isinstance(update.get("message"), dict):
-        dispatcher.handle_event(
+        recorded = dispatcher.handle_event(
             tg.bot,
             {
                 "header": {"event_id": event_id(update_id), "event_type": handlers.MESSAGE_EVENT},
                 "event": update["message"],
             },
         )
+        if not recorded:  # Telegram delivers an update again until it gets a 2xx
+            response = _error(
+                503, "database_unavailable", "Not recorded; send the update again.", "body"
+            )
+            response["Retry-After"] = "2"
+            return response
     return JsonResponse({})
 
 
