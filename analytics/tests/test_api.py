@@ -419,7 +419,7 @@ def test_channel_filter_counts_and_lists_only_that_channels_answers(
 
 def test_an_unknown_channel_is_400_naming_the_parameter(world, manager_of, api):
     response = api(manager_of(world.team_a)).get(
-        "/api/v1/analytics/summary", {**RANGE, "channel": "telegram"}
+        "/api/v1/analytics/summary", {**RANGE, "channel": "carrier_pigeon"}
     )
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_filter"
