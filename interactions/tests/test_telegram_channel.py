@@ -223,3 +223,24 @@ def test_a_tap_names_telegram_as_its_channel_so_no_answer_card_goes_anywhere(tg)
     action = registry.CardAction.from_payload(tg.bot, payload)
     assert action.channel == "telegram"
     assert action.operator_open_id == str(update["callback_query"]["from"]["id"])
+
+
+def test_dry_run_message_ids_never_repeat_after_a_restart():
+    """A dry run's message ids come from the clock, not a counter a restarted process would
+    start again (its first send would collide with the message recorded before)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from interactions.channels.telegram import botapi;"
+        "print(botapi.dry_run_result('sendMessage', {'chat_id': -100})['message_id'])"
+    )
+    ids = [
+        int(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(2)
+    ]
+    assert ids[0] < 0 and ids[1] < 0 and ids[0] != ids[1]

@@ -10,9 +10,10 @@ in, `{ok, result}` or `{ok: false, error_code, description, parameters}` out), s
 synchronous client is the whole adapter.
 
 Dry run: with no token nothing is sent; the call is logged (method and group chat only, never
-the token, the message text or a private chat's id, which is the person's user id) and a synthetic result is returned (`message_id` counting down
-from -1, so it can never collide with a real one), so a bot works end to end before its token
-is set.
+the token, the message text or a private chat's id, which is the person's user id) and a
+synthetic result is returned (`message_id` negative, so it can never collide with a real one,
+and taken from the clock in microseconds, so a restarted or second process never repeats
+one), so a bot works end to end before its token is set.
 
 Public source of every method and shape: https://core.telegram.org/bots/api
 (`getMe`, `setWebhook`, `sendMessage`, `editMessageText`, `editMessageReplyMarkup`,
@@ -21,8 +22,9 @@ Public source of every method and shape: https://core.telegram.org/bots/api
 
 from __future__ import annotations
 
-import itertools
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,17 @@ DEFAULT_BASE_URL = "https://api.telegram.org"
 #: Seconds before a Bot API call is given up.
 TIMEOUT_SECONDS = 10.0
 
-_synthetic_ids = itertools.count(1)
+_synthetic_lock = threading.Lock()
+_last_synthetic = 0
+
+
+def synthetic_message_id() -> int:
+    """A dry run's `message_id`: minus the clock in microseconds, strictly decreasing within
+    the process (so unique across restarts and, but for the same microsecond, processes)."""
+    global _last_synthetic
+    with _synthetic_lock:
+        _last_synthetic = max(time.time_ns() // 1000, _last_synthetic + 1)
+        return -_last_synthetic
 
 
 class TelegramApiError(Exception):
@@ -142,7 +154,7 @@ def dry_run_result(method: str, params: dict[str, Any]) -> Any:
         logger.info("telegram dry run: %s to chat %s not called (no bot token)", method, shown)
     if method == "sendMessage":
         return {
-            "message_id": -next(_synthetic_ids),
+            "message_id": synthetic_message_id(),
             "chat": {"id": chat},
             "date": 0,
             "dry_run": True,
