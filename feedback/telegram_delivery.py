@@ -266,9 +266,12 @@ def on_reply(bot, message: dict[str, Any]) -> bool:
     comment prompt of `bot`, the prompted person's text is recorded as the details of their
     verdict (`record_comment`) and the outcome is replied in their language; True. Anyone
     else's reply to a prompt, and a reply to a prompt already answered, is ignored (True); a
-    reply to any other message is not this handler's (False). Never logs the text."""
+    reply to any other message (or a `reply_to_message` without an integer `message_id`) is
+    not this handler's (False). Never logs the text."""
     reply_to = message.get("reply_to_message")
     replied = reply_to.get("message_id") if isinstance(reply_to, dict) else None
+    if not isinstance(replied, int) or isinstance(replied, bool):
+        return False
     chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
     sender = message.get("from") if isinstance(message.get("from"), dict) else {}
     prompt = (

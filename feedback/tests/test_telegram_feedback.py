@@ -345,6 +345,24 @@ def test_a_new_prompt_replaces_the_earlier_one_and_prompts_older_than_a_day_go(a
     assert Revision.objects.count() == 1
 
 
+@pytest.mark.parametrize("bad", ["as text", True, None, 1.0])
+def test_a_reply_whose_reply_to_message_id_is_not_an_integer_is_no_comment(api, answer, bad):
+    prompt, message = _prompted(api, answer)
+    replied = {**message, "message_id": str(prompt.message_id) if bad == "as text" else bad}
+    if bad is True:
+        TelegramCommentPrompt.objects.update(message_id=1)  # what True would match as
+    assert post(tu.text_message("a comment", reply_to=replied)) == 200
+    assert Revision.objects.count() == 1
+    assert TelegramCommentPrompt.objects.count() == 1
+
+
+def test_the_comment_replay_command_refuses_a_user_that_is_not_a_telegram_id(answer):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--user must be a Telegram user id"):
+        call_command("telegram_feedback_replay", answer.delivery_id, "incorrect", "--user", "alice")
+
+
 def test_a_tap_on_an_older_keyboard_is_stale_and_writes_nothing(api, answer):
     old = _tap(api.stub, answer, "有效推进")
     assert post(_tap(api.stub, answer, "结论有误")) == 200
