@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 from typing import ClassVar
 
 from django.db import connection, models
@@ -739,20 +740,31 @@ class WebhookAttempt(models.Model):
 class TelegramCommentPrompt(models.Model):
     """A `force_reply` prompt Cardloop sent under a Telegram answer to take one person's
     comment on it (https://core.telegram.org/bots/api#forcereply): the reply to message
-    (`chat_id`, `message_id`) from `operator_open_id` (the Telegram user id) is recorded as the
-    details of their negative verdict, with `reason_key` (chosen before the prompt, or "")
-    and `rev`, the revision the prompt was asked on (the stale-click guard of
+    (`chat_id`, `message_id`) of `bot` from `operator_open_id` (the Telegram user id) is
+    recorded as the details of their negative verdict, with `reason_key` (chosen before the
+    prompt, or "") and `rev`, the revision the prompt was asked on (the stale-click guard of
     `feedback.revisions.record_details`). Holds no text: the comment is stored on the
-    revision only."""
+    revision only.
 
+    One row per tap (`event_id`, the tap's update id, unique per bot): it is written before
+    the prompt is sent, with `message_id` null until Telegram has taken it, so a handler run
+    again for the same tap sends no second prompt. Deleted when its reply is recorded, when
+    the same person is prompted again on the same delivery, and a day after it was asked
+    (`PROMPT_LIFETIME`)."""
+
+    #: How long an unanswered prompt is kept.
+    PROMPT_LIFETIME = timedelta(days=1)
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="+", verbose_name=_("bot"))
     delivery = models.ForeignKey(
         Delivery,
         on_delete=models.CASCADE,
         related_name="telegram_prompts",
         verbose_name=_("delivery"),
     )
+    event_id = models.CharField(_("event_id"), max_length=64, blank=True, default="")
     chat_id = models.CharField(_("Telegram chat id"), max_length=32)
-    message_id = models.BigIntegerField(_("Telegram message id"))
+    message_id = models.BigIntegerField(_("Telegram message id"), null=True, blank=True)
     operator_open_id = models.CharField(_("operator"), max_length=64)
     rev = models.CharField(_("revision asked on"), max_length=40, blank=True, default="")
     reason_key = models.CharField(_("reason key"), max_length=64, blank=True, default="")
@@ -761,8 +773,15 @@ class TelegramCommentPrompt(models.Model):
     class Meta:
         verbose_name = _("Telegram comment prompt")
         verbose_name_plural = _("Telegram comment prompts")
-        indexes = [
-            models.Index(fields=["chat_id", "message_id"], name="feedback_tg_prompt_message"),
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "chat_id", "message_id"], name="feedback_tg_prompt_message"
+            ),
+            models.UniqueConstraint(
+                fields=["bot", "event_id"],
+                condition=~Q(event_id=""),
+                name="feedback_tg_prompt_tap",
+            ),
         ]
 
     def __str__(self) -> str:

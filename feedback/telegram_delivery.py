@@ -29,7 +29,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import translation
+from django.db.models import Q
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -40,7 +41,7 @@ from feedback.models import Delivery, TelegramCommentPrompt
 from interactions import channels
 from interactions.callbacks.registry import Answer, CardAction
 from interactions.cardqueue import service as cards
-from interactions.channels.telegram import botapi, handlers, render
+from interactions.channels.telegram import handlers, prompts, render
 from interactions.models import CardEntity
 
 log = logging.getLogger(__name__)
@@ -211,56 +212,73 @@ def on_tap(action: CardAction) -> Answer:
     return _prompt_for_comment(action, delivery, reason, where)
 
 
+def claim_comment_prompt(
+    action: CardAction, delivery: Delivery, reason: str, where: dict[str, Any]
+) -> tuple[revisions.Outcome | None, TelegramCommentPrompt | None, bool]:
+    """`(refusal, prompt row, send)` for tap `action` asking for a comment on `delivery`, in
+    one transaction with the delivery's row locked (`revisions.detail_refusal`): the refusal
+    `Outcome` when the operator may not add details now (no row written), else the tap's
+    prompt row (`prompts.claim`: at most one prompt per tap) and whether this run sends it.
+    A new prompt deletes the operator's earlier prompts on the delivery and every prompt of
+    the bot older than `TelegramCommentPrompt.PROMPT_LIFETIME`."""
+    with transaction.atomic():
+        refused = revisions.detail_refusal(action.bot, **where)
+        if refused is not None:
+            return refused, None, False
+        prompt, send = prompts.claim(
+            TelegramCommentPrompt,
+            bot=action.bot,
+            event_id=action.event_id,
+            chat_id=str(action.open_chat_id),
+            delivery=delivery,
+            operator_open_id=action.operator_open_id,
+            rev=where["rev"],
+            reason_key=reason,
+        )
+        if send:
+            cutoff = timezone.now() - TelegramCommentPrompt.PROMPT_LIFETIME
+            TelegramCommentPrompt.objects.filter(
+                Q(delivery=delivery, operator_open_id=action.operator_open_id)
+                | Q(bot=action.bot, created_at__lt=cutoff)
+            ).exclude(pk=prompt.pk).delete()
+        return None, prompt, send
+
+
 def _prompt_for_comment(
     action: CardAction, delivery: Delivery, reason: str, where: dict[str, Any]
 ) -> Answer:
-    """Send the `force_reply` comment prompt and record it, when the operator may add details
-    now (`revisions.detail_refusal`); else that refusal's toast."""
-    refused = revisions.detail_refusal(action.bot, **where)
+    """Send the `force_reply` comment prompt, once per tap (`claim_comment_prompt`), when the
+    operator may add details now; else the refusal's toast."""
+    refused, prompt, send = claim_comment_prompt(action, delivery, reason, where)
     if refused is not None:
         return refused.answer()
-    prompt = telegram_cards.comment_prompt(delivery.policy_snapshot)
-    tg = telegram_bot(action.bot)
-    try:
-        sent = botapi.send_message(
-            tg.secret("bot_token") if tg is not None else "",
-            action.open_chat_id,
-            prompt.text,
-            prompt.reply_markup,
-            settings.CARDLOOP_TELEGRAM_API_BASE_URL,
-        )
-    except botapi.TelegramApiError as exc:
-        log.warning("delivery %s: comment prompt not sent: %s", delivery.delivery_id, exc)
-        return Answer.error(gettext_lazy("Telegram did not take the prompt; please try again."))
-    chat = sent.get("chat") if isinstance(sent.get("chat"), dict) else {}
-    TelegramCommentPrompt.objects.create(
-        delivery=delivery,
-        chat_id=str(chat.get("id", action.open_chat_id)),
-        message_id=int(sent["message_id"]),
-        operator_open_id=action.operator_open_id,
-        rev=where["rev"],
-        reason_key=reason,
-    )
+    if send:
+        tg = telegram_bot(action.bot)
+        message = telegram_cards.comment_prompt(delivery.policy_snapshot)
+        token = tg.secret("bot_token") if tg is not None else ""
+        if not prompts.send(prompt, token, message, settings.CARDLOOP_TELEGRAM_API_BASE_URL):
+            return Answer.error(gettext_lazy("Telegram did not take the prompt; please try again."))
     return Answer.info(gettext_lazy("Reply to the message below with your comment."))
 
 
 def on_reply(bot, message: dict[str, Any]) -> bool:
     """A person's reply to a bot message (`handlers.use_reply_handler`): when it answers a
     comment prompt of `bot`, the prompted person's text is recorded as the details of their
-    verdict (`revisions.record_details` with the prompt's reason and rev) and the outcome is
-    replied in their language; True. Anyone else's reply to a prompt is ignored (True);
-    a reply to any other message is not this handler's (False). Never logs the text."""
+    verdict (`record_comment`) and the outcome is replied in their language; True. Anyone
+    else's reply to a prompt, and a reply to a prompt already answered, is ignored (True); a
+    reply to any other message (or a `reply_to_message` without an integer `message_id`) is
+    not this handler's (False). Never logs the text."""
     reply_to = message.get("reply_to_message")
+    replied = reply_to.get("message_id") if isinstance(reply_to, dict) else None
+    if not isinstance(replied, int) or isinstance(replied, bool):
+        return False
     chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
     sender = message.get("from") if isinstance(message.get("from"), dict) else {}
     prompt = (
         TelegramCommentPrompt.objects.filter(
-            delivery__bot=bot,
-            chat_id=str(chat.get("id") or ""),
-            message_id=reply_to.get("message_id") if isinstance(reply_to, dict) else None,
+            bot=bot, chat_id=str(chat.get("id") or ""), message_id=replied
         )
         .select_related("delivery")
-        .order_by("-pk")
         .first()
     )
     if prompt is None:
@@ -270,22 +288,43 @@ def on_reply(bot, message: dict[str, Any]) -> bool:
     if operator != prompt.operator_open_id or not isinstance(text, str):
         log.info("delivery %s: a reply to its comment prompt ignored", prompt.delivery.delivery_id)
         return True
-    outcome = revisions.record_details(
-        bot,
-        delivery_id=prompt.delivery.delivery_id,
-        operator_open_id=operator,
-        rev=prompt.rev,
-        form_value={
-            feedback_cards.REASON_FIELD: prompt.reason_key,
-            feedback_cards.COMMENT_FIELD: text,
-        },
-        open_message_id=prompt.delivery.platform_message_id,
-        open_chat_id=str(chat.get("id") or ""),
-    )
+    outcome = record_comment(bot, prompt, text, str(chat.get("id") or ""))
+    if outcome is None:
+        log.info("delivery %s: a second reply to a comment prompt ignored", prompt.delivery_id)
+        return True
     with translation.override(handlers.reader_language(sender)):
         answer = str(outcome.message)
     transaction.on_commit(lambda: _reply(bot, chat.get("id"), message.get("message_id"), answer))
     return True
+
+
+def record_comment(
+    bot, prompt: TelegramCommentPrompt, text: str, chat_id: str
+) -> revisions.Outcome | None:
+    """Record `text` as the details of `prompt`'s verdict (`revisions.record_details` with the
+    prompt's reason and rev) and delete the prompt, in one transaction with the delivery's row
+    locked first (the lock order of `claim_comment_prompt`); a comment the policy refuses
+    (`INVALID_DETAILS`: too long, empty) keeps the prompt for another reply. None, with
+    nothing written, when the prompt is gone (its reply was recorded meanwhile)."""
+    with transaction.atomic():
+        Delivery.objects.select_for_update().filter(pk=prompt.delivery_id).first()
+        if not TelegramCommentPrompt.objects.filter(pk=prompt.pk).exists():
+            return None
+        outcome = revisions.record_details(
+            bot,
+            delivery_id=prompt.delivery.delivery_id,
+            operator_open_id=prompt.operator_open_id,
+            rev=prompt.rev,
+            form_value={
+                feedback_cards.REASON_FIELD: prompt.reason_key,
+                feedback_cards.COMMENT_FIELD: text,
+            },
+            open_message_id=prompt.delivery.platform_message_id,
+            open_chat_id=chat_id,
+        )
+        if outcome.code != revisions.INVALID_DETAILS:
+            TelegramCommentPrompt.objects.filter(pk=prompt.pk).delete()
+    return outcome
 
 
 def _reply(bot, chat_id, message_id, text: str) -> None:

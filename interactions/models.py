@@ -952,11 +952,16 @@ class TelegramReplyPrompt(models.Model):
     """A `force_reply` prompt Cardloop sent for the "Other…" answer of question `question`
     of `ask` (https://core.telegram.org/bots/api#forcereply): a reply to message
     `message_id` in chat `chat_id` of `bot` (`reply_to_message`) becomes that question's
-    text. Deleted with the ask's state when it is answered."""
+    text. Deleted with the ask's state when it is answered.
+
+    One row per tap (`event_id`, the tap's update id, unique per bot): it is written before
+    the prompt is sent, with `message_id` null until Telegram has taken it, so a handler run
+    again for the same tap sends no second prompt."""
 
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="+", verbose_name=_("bot"))
+    event_id = models.CharField(_("event_id"), max_length=64, blank=True, default="")
     chat_id = models.CharField(_("chat_id"), max_length=64)
-    message_id = models.BigIntegerField(_("message id"))
+    message_id = models.BigIntegerField(_("message id"), null=True, blank=True)
     ask = models.ForeignKey(
         Interaction, on_delete=models.CASCADE, related_name="+", verbose_name=_("ask")
     )
@@ -969,7 +974,12 @@ class TelegramReplyPrompt(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["bot", "chat_id", "message_id"], name="telegram_reply_prompt_message"
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["bot", "event_id"],
+                condition=~Q(event_id=""),
+                name="telegram_reply_prompt_tap",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -22,17 +22,19 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('chat_id', models.CharField(max_length=32, verbose_name='Telegram chat id')),
-                ('message_id', models.BigIntegerField(verbose_name='Telegram message id')),
+                ('event_id', models.CharField(blank=True, default='', max_length=64, verbose_name='event_id')),
+                ('message_id', models.BigIntegerField(blank=True, null=True, verbose_name='Telegram message id')),
                 ('operator_open_id', models.CharField(max_length=64, verbose_name='operator')),
                 ('rev', models.CharField(blank=True, default='', max_length=40, verbose_name='revision asked on')),
                 ('reason_key', models.CharField(blank=True, default='', max_length=64, verbose_name='reason key')),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created at')),
+                ('bot', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='botadmin.bot', verbose_name='bot')),
                 ('delivery', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='telegram_prompts', to='feedback.delivery', verbose_name='delivery')),
             ],
             options={
                 'verbose_name': 'Telegram comment prompt',
                 'verbose_name_plural': 'Telegram comment prompts',
-                'indexes': [models.Index(fields=['chat_id', 'message_id'], name='feedback_tg_prompt_message')],
+                'constraints': [models.UniqueConstraint(fields=('bot', 'chat_id', 'message_id'), name='feedback_tg_prompt_message'), models.UniqueConstraint(condition=models.Q(('event_id', ''), _negated=True), fields=('bot', 'event_id'), name='feedback_tg_prompt_tap')],
             },
         ),
     ]

@@ -33,6 +33,7 @@ from feedback.models import (
 )
 from feedback.tests.conftest import FULL_POLICY
 from interactions.models import CardEntity, CardUpdate, InboundEvent
+from interactions.tests.telegram_helpers import rerun_every_handler
 from interactions.tests.test_slack_ingress import drain
 from interactions.tests.test_telegram_webhook import (  # the same Telegram bot and stub
     BOT_ID,
@@ -271,11 +272,95 @@ def test_a_comment_is_the_reply_to_the_force_reply_prompt(api, answer):
     answered = [p for m, _t, p in api.stub.calls if m == "sendMessage"][-1]
     assert answered["text"] == "Thanks, your details were recorded."
     assert answered["reply_parameters"] == {"message_id": reply["message"]["message_id"]}
-    # the comment text is on the revision only
+    # the comment text is on the revision only, and the answered prompt is gone
     assert "numbers are wrong" not in json.dumps(
         [list(TelegramCommentPrompt.objects.values()), list(CardUpdate.objects.values())],
         default=str,
     )
+    assert not TelegramCommentPrompt.objects.exists()
+
+
+def _prompted(api, answer, **tap) -> tuple[TelegramCommentPrompt, dict]:
+    """Choose "incorrect", then tap "add a comment"; the prompt row and its message."""
+    assert post(_tap(api.stub, answer, "结论有误")) == 200
+    assert drain() == 1
+    assert post(_tap(api.stub, answer, "补充说明", **tap)) == 200
+    prompt = TelegramCommentPrompt.objects.get()
+    return prompt, tu.bot_message(prompt.message_id)
+
+
+def _sent(api_stub) -> list[dict]:
+    return [p for m, _t, p in api_stub.calls if m == "sendMessage"]
+
+
+def test_a_comment_tap_whose_handler_runs_twice_sends_one_prompt(api, answer, monkeypatch):
+    assert post(_tap(api.stub, answer, "结论有误")) == 200
+    assert drain() == 1
+    sent_before = len(_sent(api.stub))
+    failed = rerun_every_handler(monkeypatch)
+    assert post(_tap(api.stub, answer, "补充说明")) == 200
+    assert len(failed) == 1  # the handler did run a second time
+    (prompt_send,) = _sent(api.stub)[sent_before:]
+    assert prompt_send["reply_markup"]["force_reply"] is True
+    (prompt,) = TelegramCommentPrompt.objects.all()
+    assert prompt.message_id is not None and prompt.event_id
+    assert _toasts(api.stub)[-1] == "Reply to the message below with your comment."
+
+
+def test_a_second_reply_to_an_answered_prompt_is_ignored(api, answer):
+    _prompt, message = _prompted(api, answer)
+    assert post(tu.text_message("first comment", reply_to=message)) == 200
+    sent = len(_sent(api.stub))
+    assert post(tu.text_message("second comment", reply_to=message)) == 200
+    assert [r.comment for r in Revision.objects.order_by("revision")] == ["", "first comment"]
+    assert len(_sent(api.stub)) == sent  # not answered "out of date"
+
+
+def test_a_comment_the_policy_refuses_keeps_the_prompt_for_another_reply(api, answer):
+    _prompt, message = _prompted(api, answer)
+    assert post(tu.text_message("x" * 51, reply_to=message)) == 200  # at most 50 characters
+    assert _sent(api.stub)[-1]["text"] == "The comment is too long: at most 50 characters."
+    assert post(tu.text_message("short", reply_to=message)) == 200
+    assert Revision.objects.order_by("-revision").first().comment == "short"
+    assert not TelegramCommentPrompt.objects.exists()
+
+
+def test_a_new_prompt_replaces_the_earlier_one_and_prompts_older_than_a_day_go(api, answer):
+    first, _message = _prompted(api, answer)
+    other = api.deliver()
+    old = TelegramCommentPrompt.objects.create(
+        bot=api.bot,
+        delivery=Delivery.objects.get(delivery_id=other.json()["delivery_id"]),
+        event_id="tg:1",
+        chat_id=CHAT,
+        message_id=1,
+        operator_open_id=str(tu.OTHER_ID),
+        created_at=first.created_at - TelegramCommentPrompt.PROMPT_LIFETIME,
+    )
+    assert post(_tap(api.stub, answer, "补充说明")) == 200
+    (second,) = TelegramCommentPrompt.objects.all()
+    assert second.pk not in (first.pk, old.pk) and second.message_id != first.message_id
+    # the replaced prompt's reply is no longer a comment
+    assert post(tu.text_message("late", reply_to=tu.bot_message(first.message_id))) == 200
+    assert Revision.objects.count() == 1
+
+
+@pytest.mark.parametrize("bad", ["as text", True, None, 1.0])
+def test_a_reply_whose_reply_to_message_id_is_not_an_integer_is_no_comment(api, answer, bad):
+    prompt, message = _prompted(api, answer)
+    replied = {**message, "message_id": str(prompt.message_id) if bad == "as text" else bad}
+    if bad is True:
+        TelegramCommentPrompt.objects.update(message_id=1)  # what True would match as
+    assert post(tu.text_message("a comment", reply_to=replied)) == 200
+    assert Revision.objects.count() == 1
+    assert TelegramCommentPrompt.objects.count() == 1
+
+
+def test_the_comment_replay_command_refuses_a_user_that_is_not_a_telegram_id(answer):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--user must be a Telegram user id"):
+        call_command("telegram_feedback_replay", answer.delivery_id, "incorrect", "--user", "alice")
 
 
 def test_a_tap_on_an_older_keyboard_is_stale_and_writes_nothing(api, answer):

@@ -53,7 +53,16 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("chat_id", models.CharField(max_length=64, verbose_name="chat_id")),
-                ("message_id", models.BigIntegerField(verbose_name="message id")),
+                (
+                    "event_id",
+                    models.CharField(
+                        blank=True, default="", max_length=64, verbose_name="event_id"
+                    ),
+                ),
+                (
+                    "message_id",
+                    models.BigIntegerField(blank=True, null=True, verbose_name="message id"),
+                ),
                 ("question", models.PositiveSmallIntegerField(verbose_name="question index")),
                 (
                     "created_at",
@@ -87,7 +96,12 @@ class Migration(migrations.Migration):
                     models.UniqueConstraint(
                         fields=("bot", "chat_id", "message_id"),
                         name="telegram_reply_prompt_message",
-                    )
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("event_id", ""), _negated=True),
+                        fields=("bot", "event_id"),
+                        name="telegram_reply_prompt_tap",
+                    ),
                 ],
             },
         ),

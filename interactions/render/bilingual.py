@@ -38,6 +38,18 @@ def bilingual(render: Callable[[], T], language: str = DEFAULT_CARD_LANGUAGE) ->
     return merge_locales(renders, card_locale(language))
 
 
+def reader_language(code: Any) -> str:
+    """The Django language Cardloop answers a person in, from the language code their chat
+    client reports: a Slack user's `locale` ("zh-CN", "en-US";
+    https://api.slack.com/methods/users.info) or a Telegram user's `language_code` (an IETF
+    tag, "zh-hans", "en"; https://core.telegram.org/bots/api#user). Any Chinese code (zh…)
+    → "zh-hans", any other code → "en", "" when there is none (empty or not a string: the
+    caller picks its fallback)."""
+    if not isinstance(code, str) or not code:
+        return ""
+    return "zh-hans" if code.lower().startswith("zh") else "en"
+
+
 def bot_language(bot: Any) -> str:
     """A bot's `card_language` (the default for None or a bot without one)."""
     language = getattr(bot, "card_language", "") or DEFAULT_CARD_LANGUAGE

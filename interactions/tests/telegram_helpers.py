@@ -53,3 +53,22 @@ def run_worker() -> int:
     CardUpdate.objects.update(next_attempt_at=timezone.now())
     CardEntity.objects.update(next_send_at=timezone.now())
     return worker.run_due()
+
+
+def rerun_every_handler(monkeypatch) -> list[str]:
+    """Make the dispatcher run each claimed tap's handler twice: recording the first run's
+    answer fails with a transient database error (`ConnectionError`), so `run_claim` tries
+    the handler again (as after a database blip). Returns the list of claim ids that failed."""
+    from interactions.callbacks import inbound
+
+    finish = inbound.finish_claim
+    failed: list[str] = []
+
+    def finish_once(pk, answer):
+        if pk not in failed:
+            failed.append(pk)
+            raise ConnectionError("the database went away")
+        return finish(pk, answer)
+
+    monkeypatch.setattr(inbound, "finish_claim", finish_once)
+    return failed

@@ -117,3 +117,30 @@ def test_an_alert_card_reads_in_each_readers_language(language):
     assert "31.2%" in zh and "31.2%" in en
     title = card["header"]["title"]
     assert title["content"] == title["i18n_content"]["zh_cn" if language == "zh-hans" else "en_us"]
+
+
+@pytest.mark.parametrize(
+    ("code", "language"),
+    [
+        ("zh-CN", "zh-hans"),  # Slack's users.info locale
+        ("zh-hans", "zh-hans"),  # Telegram's language_code
+        ("ZH-tw", "zh-hans"),
+        ("en-US", "en"),
+        ("ja-JP", "en"),
+        ("", ""),
+        (None, ""),
+        (7, ""),
+    ],
+)
+def test_a_readers_chat_language_code_picks_chinese_or_english_and_nothing_for_none(
+    code, language
+):
+    from interactions.channels.slack import ingress as slack_ingress
+    from interactions.channels.telegram import handlers as telegram_handlers
+    from interactions.render.bilingual import reader_language
+
+    assert reader_language(code) == language
+    assert slack_ingress.reader_language(code) == language  # the same rule, "" when unknown
+    # Telegram answers in English when the client sends no language_code
+    assert telegram_handlers.reader_language({"language_code": code}) == (language or "en")
+    assert telegram_handlers.reader_language(None) == "en"

@@ -505,3 +505,57 @@ def test_an_expired_ask_takes_no_tap(shown, api):
     Interaction.objects.filter(pk=a.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     post(tap(f"aq:{a.public_id}:0:0"))
     assert toasts(shown) == ["This question has expired"] and state_of(a) is None
+
+
+def test_an_other_tap_whose_handler_runs_twice_sends_one_prompt(shown, api, monkeypatch):
+    from interactions.tests.telegram_helpers import rerun_every_handler
+
+    a = ask(api, SINGLE, MULTI)
+    run_worker()
+    sent_before = len([c for c in shown.calls if c[0] == "sendMessage"])
+    failed = rerun_every_handler(monkeypatch)
+    post(tap(f"ao:{a.public_id}:0"))
+    assert len(failed) == 1  # the handler did run a second time
+    (prompt_call,) = [c for c in shown.calls if c[0] == "sendMessage"][sent_before:]
+    assert prompt_call[2]["reply_markup"]["force_reply"] is True
+    prompt = TelegramReplyPrompt.objects.get(ask_id=a.pk)
+    assert prompt.message_id is not None and prompt.event_id
+    assert toasts(shown)[-1] == "Reply to the prompt below with your answer"
+
+
+def test_an_other_tap_on_an_ask_withdrawn_meanwhile_writes_and_sends_no_prompt(
+    shown, api, monkeypatch
+):
+    from interactions.channels.telegram import asks as telegram_asks
+
+    a = ask(api, SINGLE, MULTI)
+    run_worker()
+    checked = telegram_asks._checked
+
+    def checked_then_withdrawn(action, public_id):
+        result = checked(action, public_id)
+        asks_service.cancel_ask(Ask.objects.get(pk=a.pk))
+        return result
+
+    monkeypatch.setattr(telegram_asks, "_checked", checked_then_withdrawn)
+    sent_before = len([c for c in shown.calls if c[0] == "sendMessage"])
+    post(tap(f"ao:{a.public_id}:0"))
+    assert toasts(shown)[-1] == "This question was withdrawn"
+    assert not TelegramReplyPrompt.objects.exists()
+    assert len([c for c in shown.calls if c[0] == "sendMessage"]) == sent_before
+
+
+def test_a_prompt_claimed_by_a_run_that_died_is_sent_once_its_claim_is_stale(shown, api):
+    from interactions.channels.telegram import prompts
+
+    a = ask(api, SINGLE, MULTI)
+    fields = {"bot": a.bot, "event_id": "tg:77", "chat_id": CHAT, "ask_id": a.pk, "question": 0}
+    row, send = prompts.claim(TelegramReplyPrompt, **fields)
+    assert send and row.message_id is None
+    assert prompts.claim(TelegramReplyPrompt, **fields) == (row, False)  # still being sent
+    TelegramReplyPrompt.objects.update(created_at=timezone.now() - prompts.STALE_AFTER)
+    again, send = prompts.claim(TelegramReplyPrompt, **fields)
+    assert send and again.pk == row.pk
+    TelegramReplyPrompt.objects.update(message_id=5)
+    TelegramReplyPrompt.objects.update(created_at=timezone.now() - prompts.STALE_AFTER)
+    assert prompts.claim(TelegramReplyPrompt, **fields)[1] is False  # sent: never again

@@ -66,6 +66,8 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="Cardloop base URL.")
 
     def handle(self, *args, delivery, key, user, reason, prompt, comment, lang, url, **options):
+        if not (user.isascii() and user.isdigit()):
+            raise CommandError(f"--user must be a Telegram user id (digits), not {user!r}.")
         found = (
             Delivery.objects.select_related("bot", "current_revision")
             .filter(delivery_id=delivery, channel=Delivery.Channel.TELEGRAM)
@@ -82,7 +84,9 @@ class Command(BaseCommand):
         person = [f"from.id={json.dumps(int(user))}", f"from.language_code={lang}"]
         if comment:
             asked = (
-                TelegramCommentPrompt.objects.filter(delivery=found, operator_open_id=user)
+                TelegramCommentPrompt.objects.filter(
+                    delivery=found, operator_open_id=user, message_id__isnull=False
+                )
                 .order_by("-pk")
                 .first()
             )

@@ -46,7 +46,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from botadmin.models import SlackApp
 from interactions.callbacks import dispatcher
-from interactions.render.bilingual import bot_language, card_locale
+from interactions.render.bilingual import bot_language, card_locale, reader_language
 from plumbing import metrics
 from plumbing.parsers import contains_unstorable
 
@@ -150,14 +150,6 @@ def toast_text(bot, answer: dict[str, Any], slack_locale: str = "") -> str:
     i18n = toast.get("i18n") if isinstance(toast.get("i18n"), dict) else {}
     language = reader_language(slack_locale) or bot_language(bot)
     return str(i18n.get(card_locale(language)) or toast.get("content") or "")
-
-
-def reader_language(slack_locale: str) -> str:
-    """The Django language of a Slack locale (zh-* → zh-hans; any other known one → en;
-    "" when unknown)."""
-    if not slack_locale:
-        return ""
-    return "zh-hans" if slack_locale.lower().startswith("zh") else "en"
 
 
 #: Slack locales already looked up, by (app id, user id): `users.info` once per person and

@@ -19,7 +19,8 @@ after the tap's `answerCallbackQuery`). The rules (which tap answers, Submit, Ot
     locked first, so two rapid taps are applied one after the other);
   - Submit (`as`) answers with the state's choice;
   - Other… (`ao`) sends a `force_reply` prompt (https://core.telegram.org/bots/api#forcereply)
-    and records it (`TelegramReplyPrompt`).
+    and records it (`TelegramReplyPrompt`), once per tap however often its handler runs
+    (`interactions.channels.telegram.prompts`).
   Every answer goes through `interactions.asks.service.submit_answers(…, via="card")`, the
   one first-answer-wins path, shared with the panel, the API and Feishu's form submit.
 - `on_reply(bot, message)`: a reply to such a prompt (`reply_to_message`) from the requester
@@ -43,14 +44,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone, translation
 from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from interactions.callbacks import registry
 from interactions.callbacks.registry import Answer, CardAction, Toast
-from interactions.channels.telegram import botapi, render
+from interactions.channels.telegram import prompts, render
 from interactions.models import (
     Ask,
     Interaction,
@@ -312,36 +313,48 @@ def on_ask_tap(action: CardAction, verb: str, public_id: str, numbers: tuple[int
     return Answer.success(_label_toast(PICKED if chosen else UNPICKED, label))
 
 
+def claim_other_prompt(
+    action: CardAction, ask: Interaction, chat_id: str, q: int
+) -> tuple[TelegramReplyPrompt | None, bool]:
+    """`(prompt row, send)` for tap `action` asking for question `q`'s "Other" text
+    (`prompts.claim`, one transaction, the ask's row locked first as `_change` does), or
+    `(None, False)` when the ask is no longer pending: a prompt row is only ever written for a
+    pending ask, so its resolution (`forget`) leaves none behind."""
+    with transaction.atomic():
+        locked = (
+            Interaction.objects.select_for_update()
+            .filter(pk=ask.pk, status=S.PENDING)
+            .only("pk")
+            .first()
+        )
+        if locked is None:
+            return None, False
+        return prompts.claim(
+            TelegramReplyPrompt,
+            bot=action.bot,
+            event_id=action.event_id,
+            chat_id=str(chat_id),
+            ask_id=locked.pk,
+            question=q,
+        )
+
+
 def _prompt_other(action: CardAction, ask: Interaction, session: ProgressSession, q: int):
     """Send the `force_reply` prompt for question `q` (in the bot's card language, like the
-    message) to the tapped message's chat and record it."""
+    message) to the tapped message's chat, once per tap (`claim_other_prompt`)."""
     address = (session.card.address if session.card else None) or {}
     chat_id = address.get("chat_id") or action.open_chat_id
-    tg = getattr(action.bot, "telegram_bot", None)
-    with translation.override(language_of(ask)):
-        prompt = render.other_prompt(ask, q)
-    try:
-        sent = botapi.send_message(
-            tg.secret("bot_token") if tg is not None else "",
-            chat_id,
-            prompt.text,
-            prompt.reply_markup,
-            settings.CARDLOOP_TELEGRAM_API_BASE_URL,
-        )
-    except botapi.TelegramApiError as exc:
-        log.warning("telegram other prompt of %s not sent: %s", ask.public_id, exc.description)
-        return Answer.warning(SEND_FAILED)
-    try:
-        with transaction.atomic():
-            TelegramReplyPrompt.objects.create(
-                bot=action.bot,
-                chat_id=str(chat_id),
-                message_id=int(sent["message_id"]),
-                ask_id=ask.pk,
-                question=q,
-            )
-    except IntegrityError:  # the same message recorded by a run of this tap before
-        pass
+    prompt, send = claim_other_prompt(action, ask, chat_id, q)
+    if prompt is None:
+        ask.refresh_from_db()
+        return Answer.info(_stale(ask))
+    if send:
+        tg = getattr(action.bot, "telegram_bot", None)
+        with translation.override(language_of(ask)):
+            message = render.other_prompt(ask, q)
+        token = tg.secret("bot_token") if tg is not None else ""
+        if not prompts.send(prompt, token, message, settings.CARDLOOP_TELEGRAM_API_BASE_URL):
+            return Answer.warning(SEND_FAILED)
     return Answer.info(OTHER_ASKED)
 
 

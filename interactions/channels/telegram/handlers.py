@@ -37,6 +37,7 @@ from interactions.callbacks import registry
 from interactions.callbacks.registry import Answer, CardAction
 from interactions.channels.telegram import asks, botapi, progress, render
 from interactions.models import Interaction
+from interactions.render import bilingual
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +93,10 @@ def use_text_commands(handle: Callable[..., Any], silent_in_chats: frozenset[str
 
 def reader_language(user: dict | None) -> str:
     """The language Cardloop answers a Telegram user in: zh-hans when their client's
-    `language_code` (https://core.telegram.org/bots/api#user) is Chinese, else English."""
-    code = (user or {}).get("language_code") if isinstance(user, dict) else ""
-    return "zh-hans" if isinstance(code, str) and code.lower().startswith("zh") else "en"
+    `language_code` (https://core.telegram.org/bots/api#user) is Chinese, else English
+    (`bilingual.reader_language`; English too when the client sends none)."""
+    code = user.get("language_code") if isinstance(user, dict) else ""
+    return bilingual.reader_language(code) or "en"
 
 
 def toast_text(answer: dict, language: str) -> str:
