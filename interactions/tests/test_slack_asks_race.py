@@ -30,6 +30,15 @@ from interactions.tests.test_slack_asks import state_for, submit
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def _in_memory_channel_layer(settings):
+    """The race is decided by the database (PostgreSQL here); the panel's channel layer only
+    carries the frames. channels-redis binds its connections to the event loop that opened
+    them, and the 200 rounds mix the test's loop with the request threads' loops, so the
+    in-memory layer carries the frames (the Redis layer has its own tests)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
 @pytest.fixture
 def slack_progress(slack_app, slack_stub):
     result = progress_sessions.update_progress(
