@@ -584,8 +584,10 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+@registry.answered_in_transaction
 def on_feedback(action: registry.CardAction) -> registry.Answer:
-    """Handler of `{"kind": "feedback", "delivery", "key", "rev"}` clicks."""
+    """Handler of `{"kind": "feedback", "delivery", "key", "rev"}` clicks (database only: the
+    dispatcher records its answer in the same transaction)."""
     return record_choice(
         action.bot,
         delivery_id=_str(action.value.get("delivery")),
@@ -597,8 +599,10 @@ def on_feedback(action: registry.CardAction) -> registry.Answer:
     ).answer()
 
 
+@registry.answered_in_transaction
 def on_feedback_detail(action: registry.CardAction) -> registry.Answer:
-    """Handler of `{"kind": "feedback_detail", "delivery", "rev"}` form submits."""
+    """Handler of `{"kind": "feedback_detail", "delivery", "rev"}` form submits (database
+    only, like `on_feedback`)."""
     return record_details(
         action.bot,
         delivery_id=_str(action.value.get("delivery")),

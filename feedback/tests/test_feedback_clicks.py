@@ -25,6 +25,7 @@ from django.db import connections
 from feedback import cards as feedback_cards
 from feedback.models import Delivery, Event, LatestFeedback, Revision
 from feedback.tests.conftest import FULL_POLICY, drain_card_updates
+from interactions.cardqueue.releases import RELEASES
 from interactions.lark.signing import seal
 from interactions.models import CardUpdate, InboundEvent
 from tests import feishu
@@ -588,6 +589,7 @@ async def test_click_through_the_asgi_application_is_answered_then_the_card_upda
     assert answer["toast"]["type"] == "success"
 
     def after():
+        assert RELEASES.flush()  # the process's release batch after the answer
         row = CardUpdate.objects.get()
         assert row.hold_token == ""  # released once the answer was sent
         return drain_card_updates()

@@ -345,7 +345,7 @@ def handle_card_action(bot, payload: dict[str, Any]) -> dict[str, Any]:
             answer = _toast(
                 "error", _("Something went wrong while handling your click. Please try again.")
             )
-    _after_answer.set(functools.partial(cards.release_holds, hold))
+    _after_answer.set(functools.partial(cards.release_after_answer, hold))
     if not _in_worker.get():  # inside run_in_worker the transport measures the answer
         metrics.observe_callback_answer(_route.get(), kind, time.monotonic() - started)
     return answer
@@ -543,9 +543,16 @@ def run_claim(bot, pk: int | None, action: registry.CardAction) -> dict[str, Any
 
 
 def _record(pk: int | None, action: registry.CardAction) -> dict[str, Any]:
-    """One run of the handler, then the claim's answer; raises the handler's exceptions and
+    """One run of the handler, then the claim's answer — in one transaction for a handler
+    marked `registry.answered_in_transaction` (a click is then two write transactions: the
+    claim and this), else after the handler's own; raises the handler's exceptions and
     `_AnsweredElsewhere`."""
     handler = registry.handler_for(action.kind)
+    if pk is not None and registry.is_answered_in_transaction(handler):
+        answer = inbound.run_and_finish(pk, lambda: _as_answer(action, handler(action)))
+        if answer is None:
+            raise _AnsweredElsewhere
+        return answer
     answer = _as_answer(action, handler(action))
     if pk is not None and not inbound.finish_claim(pk, answer):
         raise _AnsweredElsewhere

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -95,8 +96,23 @@ def expired_claim_ids(limit: int, now=None) -> list[int]:
 def finish_claim(pk: int, answer: dict[str, Any] | None) -> bool:
     """Record the final answer of claim `pk` (its toast only) and clear its stored action and
     lease. Returns False when the claim was answered already (another run got there first).
-    Call inside the handler's transaction, so the answer commits with the handler's effects."""
+    Inside a transaction it joins it (`run_and_finish`); outside it is one statement of its
+    own."""
     return InboundEvent.objects.mark_answered(pk, (answer or {}).get("toast"))
+
+
+def run_and_finish(pk: int, run: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """Run `run()` (a handler marked `registry.answered_in_transaction`, returning its answer
+    dict) and record that answer as claim `pk`'s final answer, in **one** transaction: the
+    handler's effects and the claim's answer commit together or not at all. Returns the
+    answer, or None when the claim was answered already by another run (nothing of this run
+    is kept then). Raises what `run` raises (its effects rolled back, the claim unanswered)."""
+    with transaction.atomic():
+        answer = run()
+        if not finish_claim(pk, answer):
+            transaction.set_rollback(True)
+            return None
+    return answer
 
 
 def let_go(pk: int) -> None:

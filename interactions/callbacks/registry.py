@@ -318,6 +318,29 @@ def register(kind: str, handler: CardActionHandler) -> None:
         _card_handlers[kind] = handler
 
 
+#: The attribute `answered_in_transaction` sets on a handler.
+_IN_TRANSACTION = "cardloop_answered_in_transaction"
+
+
+def answered_in_transaction(handler: CardActionHandler) -> CardActionHandler:
+    """Mark `handler` (returned unchanged, for use as a decorator) as one that only reads and
+    writes Cardloop's database — no network call, no sleep — and so may run inside the
+    transaction that records its click's answer: the dispatcher then runs it and the claim's
+    final answer (`interactions.callbacks.inbound.finish_claim`) in **one** transaction,
+    instead of the handler's transaction followed by one of the claim's. A click then costs
+    two write transactions, the durable claim and this one, and the answer commits with the
+    handler's effects or not at all. A handler that talks to the network, or may wait, must
+    not be marked: on SQLite the transaction holds the single write lock from its start
+    (`BEGIN IMMEDIATE`), so every other writer of the process would wait for it."""
+    setattr(handler, _IN_TRANSACTION, True)
+    return handler
+
+
+def is_answered_in_transaction(handler: CardActionHandler | None) -> bool:
+    """Whether `handler` was marked with `answered_in_transaction`."""
+    return bool(getattr(handler, _IN_TRANSACTION, False))
+
+
 def unregister(kind: str) -> None:
     """Remove the handler of `kind` (tests)."""
     with _lock:

@@ -14,8 +14,9 @@ increasing CardKit `sequence`, ≤ 5 updates per second per message, retried wit
 
 **Answer first.** Feishu applies no card update sent before a callback's answer. The
 dispatcher runs every card-action handler inside `holding(hold)`; updates enqueued there are
-*held* (not due) until the ingress has sent the answer and calls `release_holds(hold)` from the
-response's close hook, or until `HOLD_FALLBACK` passes (crash, long connection, race).
+*held* (not due) until the ingress has sent the answer and calls `release_after_answer(hold)`
+from the response's close hook (batched per process: `interactions.cardqueue.releases`), or
+until `HOLD_FALLBACK` passes (crash, long connection, race).
 
 Enqueueing joins the caller's transaction (without a savepoint of its own), so a fact and the
 card update that shows it commit together.
@@ -35,6 +36,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from interactions.cardqueue import releases
 from interactions.lark.cardjson import ELEMENT_ID_RE, merge_updates, validate_card
 from interactions.models import CardEntity, CardUpdate
 
@@ -139,7 +141,16 @@ def release_holds(hold: Hold) -> int:
     hold.released = True
     if not hold.used:
         return 0
-    return CardUpdate.objects.release_hold(hold.token)
+    return CardUpdate.objects.release_holds([hold.token])
+
+
+def release_after_answer(hold: Hold) -> None:
+    """The answer was sent: have the updates held by `hold` made due soon, in the next batch
+    of this process's releases (`interactions.cardqueue.releases`), without database work in
+    the calling thread. Nothing is queued when nothing was enqueued under `hold`."""
+    hold.released = True
+    if hold.used:
+        releases.RELEASES.add(hold.token)
 
 
 #: One stale-send rule for every card Cardloop sends (deliveries, progress cards, interactions):

@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from interactions.cardqueue import releases
 from interactions.cardqueue.service import UpdateFailed, applier_for, next_sequence, render_now
 from interactions.lark.cardjson import merge_updates
 from interactions.models import CardEntity, CardUpdate
@@ -70,6 +71,10 @@ def run_due(limit: int = 10, *, should_stop: Callable[[], bool] | None = None) -
     attempts kept (`release_updates`) and the error propagates. Returns how many updates were
     attempted.
     """
+    # Releases this process noted (a worker thread beside the web server, tests) are written
+    # first, so an update whose answer was sent here is never passed over; in a worker
+    # process of its own there are none and this returns at once.
+    releases.RELEASES.flush(timeout=1.0)
     now = timezone.now()
     token, rows = claim_due(CardUpdate, limit=limit, now=now, where=_claimable(now))
     attempted = 0

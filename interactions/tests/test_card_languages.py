@@ -132,9 +132,7 @@ def test_an_alert_card_reads_in_each_readers_language(language):
         (7, ""),
     ],
 )
-def test_a_readers_chat_language_code_picks_chinese_or_english_and_nothing_for_none(
-    code, language
-):
+def test_a_readers_chat_language_code_picks_chinese_or_english_and_nothing_for_none(code, language):
     from interactions.channels.slack import ingress as slack_ingress
     from interactions.channels.telegram import handlers as telegram_handlers
     from interactions.render.bilingual import reader_language

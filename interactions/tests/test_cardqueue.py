@@ -18,6 +18,7 @@ from django.utils import timezone
 from interactions.callbacks import registry
 from interactions.cardqueue import service as cards
 from interactions.cardqueue import worker as cardworker
+from interactions.cardqueue.releases import RELEASES
 from interactions.models import CardEntity, CardUpdate
 from interactions.tests.test_cardjson import feedback_card
 from plumbing.workqueue import WorkStatus, claim_due
@@ -433,7 +434,8 @@ def test_updates_enqueued_by_a_handler_are_held_until_the_answer_was_sent(
     assert seen == {"applied_before_answer": 0, "held": (True, True)}
     assert _element_calls(lark_stub, entity.card_id) == []
 
-    row = CardUpdate.objects.get()  # the response was closed: released
+    assert RELEASES.flush()  # the response was closed: released by the process's batch
+    row = CardUpdate.objects.get()
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
     assert cardworker.run_due() == 1
     (call,) = _element_calls(lark_stub, entity.card_id)
@@ -516,6 +518,7 @@ def test_invalid_answer_card_is_answered_toast_only_and_patched_after_the_answer
     )
     answer = json.loads(lark_callback(body).content)
     assert "card" not in answer and answer["toast"]["type"] == "success"
+    assert RELEASES.flush()
     row = CardUpdate.objects.get()
     assert row.card_id == message.pk and row.hold_token == ""
     assert cardworker.run_due() == 1
@@ -635,6 +638,7 @@ async def test_held_updates_are_released_once_the_asgi_response_was_sent(
         lark_bot.app_id, feishu.payload("card_action_feedback_click")
     )
     assert status == 200 and answer["toast"]["type"] == "success"
+    assert await sync_to_async(RELEASES.flush, thread_sensitive=False)()
     row = await CardUpdate.objects.aget()
     await sync_to_async(connections.close_all)()  # the async ORM's thread keeps its session
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
@@ -662,3 +666,34 @@ def test_a_repeated_stop_signal_is_logged_once(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "test_worker: signal 15 received, finishing the current batch"
     ]
+
+
+@pytest.mark.django_db(transaction=True)  # the release thread has a connection of its own
+def test_holds_released_together_become_due_in_one_statement_and_never_later(entity, monkeypatch):
+    """Clicks answered while a release batch is being written share the next one; a release
+    never moves an update's due time later."""
+    from interactions.cardqueue import releases
+
+    holds = [cards.Hold() for _ in range(3)]
+    for hold, name in zip(holds, ("a", "b", "c"), strict=True):
+        other = CardEntity.objects.create(
+            bot=entity.bot, card_id=f"card_{name}", purpose=entity.purpose
+        )
+        with cards.holding(hold):
+            cards.enqueue_elements(other, {"fb_prompt": md(name)})
+    early = timezone.now() - timedelta(seconds=30)
+    CardUpdate.objects.filter(card__card_id="card_a").update(next_attempt_at=early)
+    statements = []
+    real = releases.release_tokens
+    monkeypatch.setattr(releases, "release_tokens", lambda t: statements.append(t) or real(t))
+    queue = releases.Releases()
+    with queue._cond:  # the three answers are sent before the thread takes its first batch
+        for hold in holds:
+            hold.released = True
+            queue._tokens.append(hold.token)
+    queue.add(cards.Hold().token)  # a click whose row is gone: harmless
+    assert queue.flush()
+    assert len(statements) == 1 and len(statements[0]) == 4
+    assert not CardUpdate.objects.exclude(hold_token="").exists()
+    assert CardUpdate.objects.get(card__card_id="card_a").next_attempt_at == early
+    assert cardworker.run_due(10) == 3

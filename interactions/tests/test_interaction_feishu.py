@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from interactions.approvals import service as approvals
 from interactions.cardqueue import worker as cardworker
+from interactions.cardqueue.releases import RELEASES
 from interactions.lifecycle import resolve as lifecycle
 from interactions.models import CardEntity, CardUpdate, InboundEvent, Interaction
 from interactions.tests.ia_helpers import *  # noqa: F403
@@ -73,6 +74,7 @@ def test_approval_click_fixture_is_answered_with_toast_and_final_card_then_the_c
         "card",
         REQUESTER,
     )
+    assert RELEASES.flush()  # the process's release batch after the answer
     update = CardUpdate.objects.get(card=ia.card)
     assert update.hold_token == "", "released once the answer was sent"
     assert run_queue() == 1

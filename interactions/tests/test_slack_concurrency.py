@@ -97,7 +97,9 @@ def test_an_api_answer_racing_a_slack_submit_has_one_winner_and_the_loser_is_tol
         ia = _shown(slack_app, ia, f"1700000001.{n:06d}")
         ia = Interaction.objects.select_related("card").get(pk=ia.pk)
         key = f"r{n}"
-        state = {"f_env": {"f_env_v": {"type": "static_select", "selected_option": {"value": "prod"}}}}
+        state = {
+            "f_env": {"f_env_v": {"type": "static_select", "selected_option": {"value": "prod"}}}
+        }
         body = form_body(
             click_payload(
                 ia,

@@ -18,6 +18,7 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from botadmin.models import Chat
 from interactions.callbacks import registry
 from interactions.cardqueue import service as cards
+from interactions.cardqueue.releases import RELEASES
 from interactions.channels.feishu import ws
 from interactions.models import CardUpdate, InboundEvent
 from interactions.tests.test_cardjson import feedback_card
@@ -119,6 +120,7 @@ def test_answer_frame_is_written_before_held_updates_are_released(
 
     assert _answer_of(written[0])["toast"]["type"] == "success"
     assert held_when_written == [True]
+    assert RELEASES.flush()  # the process's release batch after the answer
     row = CardUpdate.objects.get()
     assert row.hold_token == "" and row.next_attempt_at <= timezone.now()
 

@@ -99,6 +99,8 @@ def _person_ids(pattern: str) -> dict:
             "allowed_open_ids": {"items": {"pattern": pattern}},
         }
     }
+
+
 #: The rules of `InteractionCreateSerializer.validate` that JSON schema can state.
 CREATE_RULES = (
     {
