@@ -40,7 +40,6 @@ import os
 import platform
 import secrets
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +49,7 @@ from pathlib import Path
 import verdict
 from benchdb import ensure_database
 from clicks import feedback_click_payload
+from webprocs import WebProcesses
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -335,47 +335,9 @@ def main() -> None:
 
     # like `manage.py serve --web-processes N`: a listening socket per Daphne process, all on
     # one port with SO_REUSEPORT, so the kernel spreads new connections over the processes
-    listeners = []
-    port = 0
-    for _ in range(args.processes):
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen(1024)
-        port = listener.getsockname()[1]
-        listeners.append(listener)
-    server_log = open(os.path.join(tmp, "daphne.log"), "wb")  # noqa: SIM115 - closed below
-    servers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cardloop.webserver",
-                "--fd",
-                str(listener.fileno()),
-                "cardloop.asgi:application",
-            ],
-            cwd=ROOT,
-            env=server_env,
-            stdout=server_log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(listener.fileno(),),
-        )
-        for listener in listeners
-    ]
-    base = f"http://127.0.0.1:{port}"
+    servers = WebProcesses.start(server_env, args.processes, Path(tmp) / "daphne.log")
+    base = servers.url
     try:
-        import httpx
-
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            sys.exit("Daphne did not start")
         # every process: lark-oapi imported, handler threads and pooled connections opened
         warm = [click_request(*targets.pop()) for _ in range(WARM_UP_CLICKS)]
         asyncio.run(run_level(base, warm, max(args.levels), 60, args.client))
@@ -408,21 +370,12 @@ def main() -> None:
                 }
             )
     finally:
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-        for listener in listeners:
-            listener.close()
-        server_log.close()
-        log_text = Path(server_log.name).read_text(errors="replace")
+        servers.stop()
+        log_text = servers.log_path.read_text(errors="replace")
         warnings = [
             line for line in log_text.splitlines() if " WARNING " in line or "Error" in line
         ]
-        print(f"server log: {server_log.name} ({len(warnings)} warning/error lines)")
+        print(f"server log: {servers.log_path} ({len(warnings)} warning/error lines)")
         for line in warnings[:5]:
             print("   ", line[:200])
 

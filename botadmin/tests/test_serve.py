@@ -78,15 +78,28 @@ def test_two_web_processes_share_the_port_and_one_that_dies_is_restarted_on_it(t
 
 
 def test_several_web_processes_refuse_a_port_something_already_listens_on():
-    from cardloop.management.commands.serve import _listeners
+    from cardloop.management.commands.serve import listening_sockets
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    first = _listeners("127.0.0.1", port, 2)  # a running `serve --web-processes 2`
+    first = listening_sockets("127.0.0.1", port, 2)  # a running `serve --web-processes 2`
     try:
         with pytest.raises(CommandError, match="cannot listen"):
-            _listeners("127.0.0.1", port, 2)  # an old one left running, or a second start
+            listening_sockets("127.0.0.1", port, 2)  # an old one left running, or a second start
     finally:
         for listener in first:
+            listener.close()
+
+
+def test_listening_sockets_on_port_zero_share_one_free_port():
+    from cardloop.management.commands.serve import listening_sockets
+
+    sockets = listening_sockets("127.0.0.1", 0, 3)  # how the benches start their processes
+    try:
+        ports = {listener.getsockname()[1] for listener in sockets}
+        assert len(sockets) == 3 and len(ports) == 1 and ports != {0}
+        assert all(listener.get_inheritable() for listener in sockets)
+    finally:
+        for listener in sockets:
             listener.close()

@@ -115,7 +115,7 @@ class Command(BaseCommand):
                 )
             )
         else:
-            listeners = _listeners(host, port, web_processes)
+            listeners = listening_sockets(host, port, web_processes)
             for n, listener in enumerate(listeners, start=1):
                 children.append(
                     Child(
@@ -221,18 +221,25 @@ def _answers(host: str, port: int) -> bool:
     return True
 
 
-def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` listening TCP sockets on (`host`, `port`) with SO_REUSEPORT (Linux, BSD, macOS).
-    Raises CommandError when the address cannot be bound or something already listens there."""
+def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening TCP sockets on (`host`, `port`) with SO_REUSEPORT (Linux, BSD, macOS),
+    inheritable, backlog 1024: hand one to each web process (`--fd`) and the kernel spreads new
+    connections over them. Port 0: the first socket takes a free ephemeral port and the others
+    join it (read it from `sockets[0].getsockname()[1]`); the benches start their Daphne
+    processes this way. Raises CommandError when the address cannot be bound or something
+    already listens there. The caller closes the sockets."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # SO_REUSEPORT would also join sockets another process (an old or second `serve`) already
     # listens on, which then silently takes part of the traffic: a plain bind first fails there
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise CommandError(
+                    f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                ) from exc
     sockets = []
     try:
         for _ in range(count):
@@ -243,6 +250,7 @@ def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
             listener.listen(1024)
             listener.set_inheritable(True)
             sockets.append(listener)
+            port = listener.getsockname()[1]  # port 0: the others join the one picked
     except (OSError, AttributeError) as exc:
         for listener in sockets:
             listener.close()
