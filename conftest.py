@@ -40,10 +40,12 @@ def _empty_callback_bot_cache():
     """Every test starts with an empty callback bot cache (`botadmin.callbackcache`): the test
     database is emptied between tests without signals, and a bot of the last test (same app
     id, other secrets) must not answer this one's callbacks."""
+    from botadmin import accesscache
     from botadmin.callbackcache import CALLBACK_BOTS
     from interactions.channels.slack import ingress as slack_ingress
 
     CALLBACK_BOTS.clear()
+    accesscache.clear()  # manager tokens and team ids, for the same reason
     slack_ingress.forget_locales()
 
 

@@ -51,7 +51,9 @@ def scope_for(user) -> Scope | None:
     """The `Scope` of `user`, or None when `user` may not read analytics at all.
 
     `user` is a Django user (or DRF's AnonymousUser / `botadmin.auth.BotPrincipal`, which get
-    None). Costs one query for a non-superuser.
+    None). The teams come from `TeamMembership.objects.team_ids_of` (cached per process for at
+    most `CARDLOOP_ACCESS_CACHE_SECONDS`, 1 s; a membership change in this process takes effect
+    at once): no query when the user asked within that second, else one.
     """
     if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
         return None
@@ -59,9 +61,7 @@ def scope_for(user) -> Scope | None:
         return None
     if user.is_superuser:
         return Scope(team_ids=None)
-    ids = frozenset(
-        TeamMembership.objects.filter(user_id=user.pk).values_list("team_id", flat=True)
-    )
+    ids = TeamMembership.objects.team_ids_of(user.pk)
     return Scope(team_ids=ids) if ids else None
 
 

@@ -37,6 +37,7 @@ from analytics.serializers import (
     ReasonsSerializer,
     SummarySerializer,
     TrendSerializer,
+    represent,
 )
 from botadmin.auth import ManagerTokenAuthentication
 from feedback.models import Delivery
@@ -124,7 +125,7 @@ class SummaryView(AnalyticsAPIView):
 
     def get(self, request):
         data = queries.summary(self.analytics_query(request), self.scope(request))
-        return Response(SummarySerializer(data).data)
+        return Response(represent(SummarySerializer, data))
 
 
 GRANULARITY = OpenApiParameter(
@@ -151,7 +152,7 @@ class TrendView(AnalyticsAPIView):
         if granularity not in ("day", "week"):
             raise ApiError("invalid_filter", {"granularity": [str(_("Use day or week."))]})
         data = queries.trend(query, self.scope(request), granularity)
-        return Response(TrendSerializer(data).data)
+        return Response(represent(TrendSerializer, data))
 
 
 @extend_schema(
@@ -165,7 +166,7 @@ class ReasonsView(AnalyticsAPIView):
 
     def get(self, request):
         data = queries.reasons(self.analytics_query(request), self.scope(request))
-        return Response(ReasonsSerializer(data).data)
+        return Response(represent(ReasonsSerializer, data))
 
 
 @extend_schema(
@@ -179,7 +180,7 @@ class FailuresView(AnalyticsAPIView):
 
     def get(self, request):
         data = queries.failures(self.analytics_query(request), self.scope(request))
-        return Response(FailuresSerializer(data).data)
+        return Response(represent(FailuresSerializer, data))
 
 
 CURSOR = OpenApiParameter(
@@ -255,7 +256,7 @@ class DeliveriesView(AnalyticsAPIView):
             "previous": page.previous,
             "page_size": size,
         }
-        return Response(DeliveryPageSerializer(body).data)
+        return Response(represent(DeliveryPageSerializer, body))
 
 
 class _IgnoreAccept(BaseContentNegotiation):

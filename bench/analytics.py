@@ -37,10 +37,10 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
 from analytics.seed import SEED_BOT_PREFIX, TEAMS  # noqa: E402
+from botadmin import services  # noqa: E402
 from botadmin.models import Team, TeamMembership  # noqa: E402
 from feedback.models import Delivery  # noqa: E402
 
@@ -206,10 +206,13 @@ def main() -> None:
     team = Team.objects.get(name=TEAMS[0])
     TeamMembership.objects.get_or_create(user=manager, team=team)
     clients = {}
+    tokens = []
     for label, user in (("superuser", root), ("manager", manager)):
-        token, _ = Token.objects.get_or_create(user=user)
+        # A fresh manager API token per run (shown once, stored hashed); revoked at the end.
+        raw, token = services.issue_manager_token(None, user, label="bench/analytics.py")
+        tokens.append(token)
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
         clients[label] = client
     # Ranges of whole local days, as the dashboard asks for them: [today − N days, tomorrow).
     zone = zoneinfo.ZoneInfo(TZ)
@@ -257,6 +260,8 @@ def main() -> None:
                     cur.fetchall()
 
             print(f"join-based summary ratings SQL, {span} days: {_median_ms(run, args.runs):.1f} ms")
+    for token in tokens:
+        services.revoke_manager_token(None, token)
     sys.exit(1 if failed else 0)
 
 

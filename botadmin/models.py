@@ -8,6 +8,7 @@ each `*_secret_ref` / `secret_ref` names a file under `CARDLOOP_SECRET_DIR` writ
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import secrets as pysecrets
@@ -20,6 +21,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from botadmin import accesscache
 from botadmin.callbackcache import CALLBACK_BOTS
 from plumbing.db.rows import quoted_table
 from plumbing.secretstore import read_secret
@@ -56,6 +58,18 @@ class Team(models.Model):
         return self.name
 
 
+class TeamMembershipQuerySet(models.QuerySet):
+    def team_ids_of(self, user_id: int) -> frozenset[int]:
+        """The ids of the teams user `user_id` is a member of (empty when none): from the
+        process's short-lived cache (`botadmin.accesscache`: a membership added or removed
+        takes effect at once in this process and within `CARDLOOP_ACCESS_CACHE_SECONDS`,
+        1 s, in the others), else one query. Raises the database's errors."""
+        return accesscache.TEAM_IDS.get(
+            user_id,
+            lambda: frozenset(self.filter(user_id=user_id).values_list("team_id", flat=True)),
+        )
+
+
 class TeamMembership(models.Model):
     """A user's membership of a team; analytics are scoped to the teams a manager is in."""
 
@@ -69,6 +83,8 @@ class TeamMembership(models.Model):
         verbose_name=_("user"),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = TeamMembershipQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -624,6 +640,27 @@ class ManagerToken(HashedToken):
             return None
         return row
 
+    @classmethod
+    def for_request(cls, raw: str) -> ManagerToken | None:
+        """The active token for `raw` with its user joined, or None, for one authenticated
+        request: from the process's short-lived cache keyed by the token's SHA-256
+        (`botadmin.accesscache`: revoking it, or deactivating or deleting its user, takes effect
+        at once in this process and within `CARDLOOP_ACCESS_CACHE_SECONDS`, 1 s, in the
+        others), else `find_active` (one query). Records the use (`touch`, at most once a
+        minute) when the user is active. Returns a copy of the row and of its user, so a caller
+        changing an attribute changes nothing for the others. Never raises on malformed input;
+        raises the database's errors."""
+        if not isinstance(raw, str) or not raw:
+            return None
+        row = accesscache.MANAGER_TOKENS.get(_hash_token(raw), lambda: cls.find_active(raw))
+        if row is None:
+            return None
+        if row.user.is_active:
+            row.touch()  # on the shared row: its last_used_at keeps the next requests write-free
+        token = copy.copy(row)
+        token.user = copy.copy(row.user)
+        return token
+
 
 # ---------------------------------------------------------------------------------------------
 # Feishu sign-in: which Feishu account is which Django user
@@ -707,3 +744,46 @@ class AuditEntry(models.Model):
         return (
             f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_repr} {self.action} {self.target_repr}"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The access cache (`botadmin.accesscache`) follows the rows it holds
+# ---------------------------------------------------------------------------------------------
+
+
+def _forget_now_and_on_commit(forget, pk, using) -> None:
+    """Drop at once and once more when the transaction commits: a lookup between the two read
+    the old rows and must not stay."""
+    forget(pk)
+    transaction.on_commit(lambda: forget(pk), using=using)
+
+
+def _forget_cached_token(sender, instance: ManagerToken, **kwargs) -> None:
+    """A manager token was saved (revoked) or deleted."""
+    _forget_now_and_on_commit(accesscache.forget_token, instance.pk, kwargs.get("using"))
+
+
+def _forget_cached_user(sender, instance, **kwargs) -> None:
+    """A user was saved (deactivated, made superuser) or deleted."""
+    _forget_now_and_on_commit(accesscache.forget_user, instance.pk, kwargs.get("using"))
+
+
+def _forget_cached_membership(sender, instance: TeamMembership, **kwargs) -> None:
+    """A team membership was added, changed or removed (also by deleting its team)."""
+    _forget_now_and_on_commit(accesscache.forget_memberships, instance.pk, kwargs.get("using"))
+
+
+for _signal in (post_save, post_delete):
+    _signal.connect(
+        _forget_cached_token, sender=ManagerToken, dispatch_uid="botadmin.forget_cached_token"
+    )
+    _signal.connect(
+        _forget_cached_user,
+        sender=settings.AUTH_USER_MODEL,
+        dispatch_uid="botadmin.forget_cached_user",
+    )
+    _signal.connect(
+        _forget_cached_membership,
+        sender=TeamMembership,
+        dispatch_uid="botadmin.forget_cached_membership",
+    )

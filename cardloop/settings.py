@@ -342,6 +342,11 @@ CARDLOOP_CALLBACK_BUDGET = env.float("CARDLOOP_CALLBACK_BUDGET", default=2.0)
 #: (`botadmin.callbackcache`): a change to the bot takes effect at once in the process that
 #: made it and within this many seconds in the others. 0 turns the cache off.
 CARDLOOP_BOT_CACHE_SECONDS = env.float("CARDLOOP_BOT_CACHE_SECONDS", default=1.0)
+#: Seconds a web process keeps a manager API token (with its user) and a user's team ids
+#: (`botadmin.accesscache`): revoking a token, deactivating a user or changing a membership
+#: takes effect at once in the process that made the change and within this many seconds in
+#: the others. 0 turns the cache off.
+CARDLOOP_ACCESS_CACHE_SECONDS = env.float("CARDLOOP_ACCESS_CACHE_SECONDS", default=1.0)
 #: Threads per web process that run Feishu card callbacks (decrypt, dedupe, handler). Their
 #: work is database-bound: a few per process keep one core busy; raise it for a database with
 #: slow round trips. Requests beyond it wait in line (the budget still answers them in time).

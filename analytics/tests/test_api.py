@@ -424,3 +424,47 @@ def test_an_unknown_channel_is_400_naming_the_parameter(world, manager_of, api):
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_filter"
     assert list(response.json()["detail"]) == ["channel"]
+
+
+def test_reused_serializers_render_what_new_ones_render(two_teams, world, superuser, manager_of):
+    """`serializers.represent` reuses one bound serializer per class; the JSON must be what a
+    serializer made for the call gives, for every response shape and for different data."""
+    from analytics import access, queries, serializers
+    from analytics.filters import AnalyticsFilterSet
+    from feedback.models import Delivery
+
+    fs = AnalyticsFilterSet(data=RANGE, queryset=Delivery.objects.none())
+    assert fs.is_valid()
+    query = fs.query
+    for user in (superuser, manager_of(world.team_a)):
+        scope = access.scope_for(user)
+        page = queries.deliveries_page(query, scope, cursor=None, page_size=2)
+        shapes = [
+            (serializers.SummarySerializer, queries.summary(query, scope)),
+            (serializers.TrendSerializer, queries.trend(query, scope)),
+            (serializers.ReasonsSerializer, queries.reasons(query, scope)),
+            (serializers.FailuresSerializer, queries.failures(query, scope)),
+            (
+                serializers.DeliveryPageSerializer,
+                {
+                    "results": page.rows,
+                    "next": page.next,
+                    "previous": page.previous,
+                    "page_size": 2,
+                },
+            ),
+        ]
+        for serializer_class, data in shapes:
+            assert serializers.represent(serializer_class, data) == serializer_class(data).data
+
+
+def test_filter_sets_share_their_filters_yet_validate_each_request_on_its_own():
+    from analytics.filters import AnalyticsFilterSet
+
+    good = AnalyticsFilterSet(data={**RANGE, "model": "gpt-x"})
+    bad = AnalyticsFilterSet(data={**RANGE, "team": "not-a-number"})
+    assert good.filters is bad.filters is AnalyticsFilterSet.base_filters
+    assert good.is_valid() and not bad.is_valid()
+    assert good.query.delivery_filters == {"model": "gpt-x"}
+    assert bad.error_code_and_detail()[0] == "invalid_filter"
+    assert "team" in bad.error_code_and_detail()[1]
