@@ -163,8 +163,9 @@ def _not_allowed_message(snapshot: dict[str, Any]):
 
 def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     """The delivery row of `bot`, locked (`Delivery.objects.lock_for_click`), if the click came
-    from its message and feedback was shown on it, with its current revision read after the
-    lock (so a click that waited for the lock sees the revision the previous click appended)."""
+    from its message and feedback was shown on it. Its current revision is read after the lock
+    (so a click that waited for the lock sees the revision the previous click appended), by
+    `_known_and_latest` in the same query as the operator's own revisions."""
     if not isinstance(delivery_id, str) or not delivery_id:
         return None
     delivery = Delivery.objects.lock_for_click(bot, delivery_id)
@@ -173,11 +174,8 @@ def _find(bot, delivery_id: str, open_message_id: str) -> Delivery | None:
     delivery.bot = bot  # the row was selected by this bot: no second query for it
     if delivery.platform_message_id and open_message_id != delivery.platform_message_id:
         return None
-    delivery.current_revision = (
-        Revision.objects.get(pk=delivery.current_revision_id)
-        if delivery.current_revision_id
-        else None
-    )
+    if not delivery.current_revision_id:
+        delivery.current_revision = None  # known without a query
     return delivery
 
 
@@ -194,17 +192,29 @@ def _known_and_latest(
     delivery: Delivery, operator: str, key: str
 ) -> tuple[Revision | None, Revision | None]:
     """`(revision with callback key `key`, operator's latest revision)` on `delivery`, in one
-    query of at most two rows (none for a delivery without revisions). A revision with `key`
-    can only belong to this delivery and operator: both are part of the key."""
+    query of at most three rows (none for a delivery without revisions). A revision with `key`
+    can only belong to this delivery and operator: both are part of the key. The delivery's
+    current revision comes with them and is set on `delivery.current_revision`, so the stale
+    check and the repaint read no more rows."""
     if delivery.current_revision_id is None:
         # every revision becomes its delivery's current one in the transaction that appends it
         # (`_move_forward`), and the caller holds the delivery's row lock: no revision yet
         return None, None
     chain = Revision.objects.filter(delivery=delivery, operator_open_id=operator)
     latest_pk = chain.order_by("-revision").values("pk")[:1]
-    rows = list(chain.filter(Q(callback_key=key) | Q(pk=Subquery(latest_pk))))
-    known = next((r for r in rows if r.callback_key == key), None)
-    latest = max(rows, key=lambda r: r.revision, default=None)
+    rows = list(
+        Revision.objects.filter(delivery=delivery).filter(
+            Q(operator_open_id=operator, callback_key=key)
+            | Q(pk=Subquery(latest_pk))
+            | Q(pk=delivery.current_revision_id)
+        )
+    )
+    current = next((r for r in rows if r.pk == delivery.current_revision_id), None)
+    if current is not None:
+        delivery.current_revision = current
+    mine = [r for r in rows if r.operator_open_id == operator]
+    known = next((r for r in mine if r.callback_key == key), None)
+    latest = max(mine, key=lambda r: r.revision, default=None)
     return known, latest
 
 
@@ -433,7 +443,9 @@ def record_choice(
     from. Returns an `Outcome` (RECORDED with the new revision, or why nothing was written);
     never raises for bad input.
     """
-    with transaction.atomic():
+    # no savepoint: nothing inside is caught and retried, and inside the dispatcher's
+    # transaction (`inbound.run_and_finish`) a savepoint is two round trips per click
+    with transaction.atomic(savepoint=False):
         click = _guard(
             bot,
             "feedback",
@@ -504,7 +516,9 @@ def record_details(
     must be negative; the new revision keeps its verdict key and supersedes it. Returns an
     `Outcome`; never raises for bad input.
     """
-    with transaction.atomic():
+    # no savepoint: nothing inside is caught and retried, and inside the dispatcher's
+    # transaction (`inbound.run_and_finish`) a savepoint is two round trips per click
+    with transaction.atomic(savepoint=False):
         click = _guard(
             bot,
             "feedback_detail",
@@ -557,7 +571,9 @@ def detail_refusal(
     stale `rev` — repainted —, no negative verdict), or None when they may. Writes nothing but
     a repaint; for channels that ask for the details before submitting them (Telegram's
     comment prompt). Arguments as for `record_details`."""
-    with transaction.atomic():
+    # no savepoint: nothing inside is caught and retried, and inside the dispatcher's
+    # transaction (`inbound.run_and_finish`) a savepoint is two round trips per click
+    with transaction.atomic(savepoint=False):
         click = _guard(
             bot,
             "feedback_detail",
