@@ -27,7 +27,8 @@ What is measured:
   full answer), throughput is answered requests / wall time of the level. Payloads are sealed before the
   clock starts. Each level is bounded by `--requests` and `--max-seconds`; before the first,
   100 clicks and 100 `/healthz` at the highest concurrency warm every process up (threads,
-  pooled connections). `--json` adds p90 / p95 / max.
+  pooled connections). `--json` adds p90 / p95 / max. `--outside-load N` runs N busy-looping
+  processes beside the server during the measurement (the machine's other work, reproducibly).
 Client and server share the machine (and its cores) — and so do the other engineers' runs.
 """
 
@@ -40,6 +41,7 @@ import os
 import platform
 import secrets
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -242,6 +244,14 @@ def main() -> None:
         default="raw",
         help="load generator: prepared bytes on asyncio streams (default) or httpx",
     )
+    parser.add_argument(
+        "--outside-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N busy-looping processes (same priority) run beside the server while it is "
+        "measured: the machine's other work, reproducibly (default 0)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     verdict.add_argument(parser)
     args = parser.parse_args()
@@ -337,6 +347,10 @@ def main() -> None:
     # one port with SO_REUSEPORT, so the kernel spreads new connections over the processes
     servers = WebProcesses.start(server_env, args.processes, Path(tmp) / "daphne.log")
     base = servers.url
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(args.outside_load)
+    ]
     try:
         # every process: lark-oapi imported, handler threads and pooled connections opened
         warm = [click_request(*targets.pop()) for _ in range(WARM_UP_CLICKS)]
@@ -370,6 +384,9 @@ def main() -> None:
                 }
             )
     finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
         servers.stop()
         log_text = servers.log_path.read_text(errors="replace")
         warnings = [
@@ -393,6 +410,7 @@ def main() -> None:
     )
     print(
         f"database: {conn.vendor} (server pool max size {args.pool_max_size}); "
+        f"outside load: {args.outside_load} busy process(es); "
         f"revisions written {written} for {sent_clicks} clicks; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
