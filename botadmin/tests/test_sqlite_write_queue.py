@@ -10,6 +10,7 @@ import time
 import pytest
 from django.db import connection, connections, transaction
 
+from plumbing.db.sqlite3 import base as sqlite_base
 from plumbing.db.sqlite3.base import FairLock, write_lock
 
 
@@ -53,6 +54,61 @@ def test_a_timed_out_waiter_leaves_the_queue_and_the_lock_keeps_working():
     assert time.monotonic() - started >= 0.05
     assert lock.waiting == 0
     lock.release()
+    assert lock.acquire(0.1)
+    lock.release()
+
+
+def _queued_waiter(lock: FairLock) -> tuple[threading.Thread, threading.Event]:
+    got = threading.Event()
+
+    def take():
+        assert lock.acquire(5)
+        got.set()
+        lock.release()
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while lock.waiting < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    return thread, got
+
+
+def test_a_running_thread_takes_a_free_lock_before_a_waiter_that_has_not_run_yet(monkeypatch):
+    """No lock convoy: a release does not make the process wait until the OS schedules the
+    one woken waiter; the waiter keeps its place and gets the next release."""
+    import sys
+
+    monkeypatch.setattr(sqlite_base, "HANDOVER_AFTER", 60.0)
+    lock = FairLock()
+    assert lock.acquire(1)
+    waiter, got = _queued_waiter(lock)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(30)  # the woken waiter cannot run before the next two lines
+    try:
+        lock.release()
+        taken = lock.acquire(0)
+    finally:
+        sys.setswitchinterval(interval)
+    assert taken and not got.is_set() and lock.waiting == 1
+    lock.release()
+    waiter.join(5)
+    assert got.is_set() and lock.waiting == 0
+
+
+def test_a_waiter_past_the_handover_time_is_handed_the_lock_no_thread_can_take_it_first(
+    monkeypatch,
+):
+    monkeypatch.setattr(sqlite_base, "HANDOVER_AFTER", 0.02)
+    lock = FairLock()
+    assert lock.acquire(1)
+    waiter, got = _queued_waiter(lock)
+    time.sleep(0.05)
+    lock.release()
+    assert lock.acquire(0) is False  # held for the waiter even before it runs
+    waiter.join(5)
+    assert got.is_set()
     assert lock.acquire(0.1)
     lock.release()
 
