@@ -15,7 +15,8 @@ class CardloopConfig(AppConfig):
         from botadmin.demo import register_seeder
         from cardloop import checks  # noqa: F401  (registers the system checks)
         from cardloop.demo import print_metrics_token
-        from plumbing.db.pool import keep_reconnects_frequent
+        from plumbing.db.pool import keep_reconnects_frequent, skip_check_of_fresh_returns
 
         keep_reconnects_frequent()  # the first request after a database outage succeeds fast
+        skip_check_of_fresh_returns()  # no health-check round trip for a connection just used
         register_seeder("metrics", print_metrics_token)

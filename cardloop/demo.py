@@ -17,7 +17,4 @@ def print_metrics_token(say: Callable[[str], None]) -> None:
     token = settings.CARDLOOP_METRICS_TOKEN
     # the address the server will answer at: `make run` sets CARDLOOP_PUBLIC_URL from HOST/PORT
     base = settings.CARDLOOP_PUBLIC_URL.rstrip("/")
-    say(
-        f"/metrics token: {token}\n"
-        f"    curl -H 'Authorization: Bearer {token}' {base}/metrics"
-    )
+    say(f"/metrics token: {token}\n    curl -H 'Authorization: Bearer {token}' {base}/metrics")

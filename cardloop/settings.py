@@ -316,7 +316,9 @@ CARDLOOP_LARK_DRY_RUN = env.bool("CARDLOOP_LARK_DRY_RUN", default=None)
 #: Tests only: point every lark-oapi client at a loopback stub (`http://127.0.0.1:<port>`).
 CARDLOOP_LARK_DOMAIN = env.str("CARDLOOP_LARK_DOMAIN", default="")
 # Slack Web API root (tests point it at a loopback stub); must end with "/".
-CARDLOOP_SLACK_API_BASE_URL = env.str("CARDLOOP_SLACK_API_BASE_URL", default="https://slack.com/api/")
+CARDLOOP_SLACK_API_BASE_URL = env.str(
+    "CARDLOOP_SLACK_API_BASE_URL", default="https://slack.com/api/"
+)
 # Telegram Bot API root (tests point it at a loopback stub); methods are <root>/bot<token>/<method>.
 CARDLOOP_TELEGRAM_API_BASE_URL = env.str(
     "CARDLOOP_TELEGRAM_API_BASE_URL", default="https://api.telegram.org"

@@ -174,3 +174,64 @@ def test_concurrent_clicks_under_daphne_share_a_bounded_pool_and_all_get_answers
         time.sleep(0.2)
     assert Revision.objects.filter(delivery__session_id="sess-pool").count() == CLICKS
     assert 0 < peak <= POOL_SIZE, f"{peak} server connections for a pool of {POOL_SIZE}"
+
+
+def _health_checks(monkeypatch) -> list[int]:
+    """Count psycopg_pool's health checks (`ConnectionPool.check_connection` runs the empty
+    query on the connection being checked out)."""
+    import psycopg
+
+    checks: list[int] = []
+    real = psycopg.Connection.execute
+
+    def execute(self, query, *args, **kwargs):
+        if query == "":
+            checks.append(1)
+        return real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    return checks
+
+
+def _given_back():
+    """Check a connection out of the process's pool, use it, give it back; returns the psycopg
+    connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+    raw = connection.connection
+    connection.close()  # back to the pool
+    return raw
+
+
+def test_a_connection_given_back_a_moment_ago_is_handed_out_again_without_a_health_check(
+    monkeypatch,
+):
+    from psycopg_pool import ConnectionPool
+
+    from plumbing.db import pool as pool_rules
+
+    raw = _given_back()  # the pool's reset callback noted it
+    checks = _health_checks(monkeypatch)
+    ConnectionPool.check_connection(raw)  # what the pool runs when it hands it out again
+    assert checks == []  # a click's handler thread pays no round trip for the check
+    monkeypatch.setattr(pool_rules, "RECENT_RETURN", 0.05)
+    time.sleep(0.1)
+    ConnectionPool.check_connection(raw)
+    assert checks == [1]  # a while later it is checked as before
+
+
+def test_after_a_database_error_every_pooled_connection_is_checked_again(monkeypatch):
+    from psycopg_pool import ConnectionPool
+
+    from plumbing.db import transient
+
+    raw = _given_back()
+    checks = _health_checks(monkeypatch)
+    transient.reset_connection()  # what every transient database error leads to
+    ConnectionPool.check_connection(raw)
+    assert checks == [1]
+    raw = _given_back()  # the pool's checkout checks it (the error's generation is older)
+    assert checks == [1, 1]
+    ConnectionPool.check_connection(raw)
+    assert checks == [1, 1]  # given back healthy after the error: trusted again

@@ -107,6 +107,9 @@ def reset_connection(alias: str = "default") -> None:
     fresh one. Left alone inside an atomic block, whose owner must roll back first."""
     from django.db import connections
 
+    from plumbing.db.pool import distrust_pooled_connections
+
+    distrust_pooled_connections()  # the pooled connections are checked again before use
     connection = connections[alias]
     if not connection.in_atomic_block:
         try:

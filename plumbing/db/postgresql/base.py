@@ -1,7 +1,7 @@
 """Django's PostgreSQL backend that knows when the database is gone (`plumbing.db.outage`).
 
 `ENGINE = "plumbing.db.postgresql"` (`cardloop/settings.py` sets it for a `postgres://`
-`DATABASE_URL`). Three additions to Django's backend, through psycopg_pool's public API:
+`DATABASE_URL`). Four additions to Django's backend, through psycopg_pool's public API:
 
 - every connection the pool opens (and every connection opened without the pool,
   `DATABASE_POOL=false`) is made by `watched_connection_class(alias)`, whose `connect()` tells
@@ -13,7 +13,11 @@
 - each failed connect fails the requests already waiting in the pool's line
   (`_fail_pool_waiters`, the one place that touches psycopg_pool's internals), and the
   outage's reconnect probe opens (and closes) a fresh connection every
-  `DATABASE_PROBE_INTERVAL` seconds until one succeeds.
+  `DATABASE_PROBE_INTERVAL` seconds until one succeeds;
+- `_close` notes when a healthy connection is given back to the pool
+  (`plumbing.db.pool.note_returned`), so one given back a moment ago is handed out without
+  the health-check round trip (`plumbing.db.pool.skip_check_of_fresh_returns`); a failed
+  connect distrusts every pooled connection again.
 
 A busy pool (all connections in use, the database fine) is untouched: its requests wait their
 turn and, past `DATABASE_POOL_TIMEOUT`, get psycopg_pool's `PoolTimeout` (answered 503 `busy`).
@@ -30,6 +34,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.backends.postgresql import base
 
 from plumbing.db import outage
+from plumbing.db import pool as pool_rules
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +92,7 @@ def _fail_pool_waiters(pool, exc: BaseException) -> int:
 
 def _on_connect_failed(alias: str):
     def fail_waiters(exc: BaseException) -> None:
+        pool_rules.distrust_pooled_connections()
         pool = base.DatabaseWrapper._connection_pools.get(alias)
         if pool is not None:
             failed = _fail_pool_waiters(pool, exc)
@@ -119,7 +125,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             options = {} if pool is True else pool
             if "connection_class" not in options:
                 options = {**options, "connection_class": watched_connection_class(alias)}
-                self.settings_dict["OPTIONS"]["pool"] = options
+            self.settings_dict["OPTIONS"]["pool"] = options
         if alias not in _WATCHED and alias != base.NO_DB_ALIAS:
             _WATCHED.add(alias)
             settings = self.settings_dict
@@ -128,6 +134,16 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 probe=lambda: _probe(settings, alias),
                 on_down=_on_connect_failed(alias),
             )
+
+    def _close(self):
+        """Django's, but a pooled connection given back without a database error seen on it is
+        noted (`plumbing.db.pool.note_returned`): handed out again within
+        `plumbing.db.pool.RECENT_RETURN` it skips the health-check round trip. Noted here, in
+        the returning thread, and not through psycopg_pool's `reset` callback, which would
+        move every return to the pool's worker thread."""
+        if self.pool and self.connection is not None and not self.errors_occurred:
+            pool_rules.note_returned(self.connection)
+        return super()._close()
 
     def get_new_connection(self, conn_params):
         """Django's, but raises `outage.DatabaseUnavailable` at once while an outage is known;
