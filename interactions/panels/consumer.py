@@ -147,6 +147,20 @@ class PanelConsumer(AsyncWebsocketConsumer):
 
     # -- channel layer → server → client ----------------------------------------------------
 
+    async def dispatch(self, message):
+        """channels' `dispatch`, except that a `panel.push` goes straight to `panel_push`.
+
+        channels runs `django.db.close_old_connections` through the thread-sensitive executor
+        before every handler: a hop to Django's one sync thread and back per panel and push,
+        queued behind the request whose commit pushed (with 500 panels of one user it was the
+        largest part of a push's cost in Daphne; bench/README.md "Panel fan-out").
+        `panel_push` reads no database, and every database call of this consumer goes through
+        `database_sync_to_async`, which closes old connections itself before and after."""
+        if message.get("type") == "panel.push":
+            await self.panel_push(message)
+            return
+        await super().dispatch(message)
+
     async def panel_push(self, event):
         message = event.get("message") or {}
         request_id = message.get("requestId")
