@@ -162,7 +162,13 @@ class PanelConsumer(AsyncWebsocketConsumer):
         await super().dispatch(message)
 
     async def panel_push(self, event):
+        """A push of `presence.push`: `event["message"]`, the panel protocol dict, decides what
+        this connection's bookkeeping drops (an ask already sent or already closed, a
+        cancellation a resync already applied, "answered" on the panel whose answer won);
+        `event["text"]`, when present, is that dict encoded once for every panel and is sent
+        as it is."""
         message = event.get("message") or {}
+        text = event.get("text")
         request_id = message.get("requestId")
         async with self.lock:
             if message.get("type") == "ask_user_questions":
@@ -181,7 +187,10 @@ class PanelConsumer(AsyncWebsocketConsumer):
                     # this panel's answer won: it was told `accepted`, and "answered
                     # elsewhere" would contradict that (every other panel still gets it)
                     return
-            await self._send(message)
+            if isinstance(text, str):
+                await self.send(text_data=text)
+            else:
+                await self._send(message)
 
     async def panel_token_revoked(self, event):
         """`panels.revoke_token` says a token of this user was revoked: close if it is ours."""
