@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -132,28 +133,43 @@ def is_connected(bot: Bot, open_id: str) -> bool:
 
 
 class _Local:
-    """Live consumers of this process: channel_name → (group, event loop, the consumer's task).
-    Thread-safe. A channel counts as live only while its consumer's task runs: the heartbeat
-    drops (and stops refreshing) a channel whose task ended without detaching — a consumer
-    whose channel-layer receive raised, or that was cancelled."""
+    """Live consumers of this process: channel_name → (group, event loop, the consumer's task),
+    and per group its channels with their loops (so a push finds its panels without scanning
+    every channel). Thread-safe. A channel counts as live only while its consumer's task runs:
+    the heartbeat drops (and stops refreshing) a channel whose task ended without detaching —
+    a consumer whose channel-layer receive raised, or that was cancelled."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.channels: dict[str, tuple[str, asyncio.AbstractEventLoop, asyncio.Task | None]] = {}
+        self.groups: dict[str, dict[str, asyncio.AbstractEventLoop]] = {}
         self.heartbeats: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
 
     def attach(self, channel_name: str, group: str) -> None:
         """Called by the consumer, in its own task, once its socket is accepted."""
         loop = asyncio.get_running_loop()
         with self.lock:
+            self._forget(channel_name)
             self.channels[channel_name] = (group, loop, asyncio.current_task())
+            self.groups.setdefault(group, {})[channel_name] = loop
             task = self.heartbeats.get(loop)
             if task is None or task.done():
                 self.heartbeats[loop] = loop.create_task(_heartbeat(loop))
 
+    def _forget(self, channel_name: str):
+        """Drop `channel_name` from both maps (the caller holds the lock); its entry or None."""
+        entry = self.channels.pop(channel_name, None)
+        if entry is not None:
+            members = self.groups.get(entry[0])
+            if members is not None:
+                members.pop(channel_name, None)
+                if not members:
+                    del self.groups[entry[0]]
+        return entry
+
     def detach(self, channel_name: str) -> None:
         with self.lock:
-            entry = self.channels.pop(channel_name, None)
+            entry = self._forget(channel_name)
             if entry is None:
                 return
             loop = entry[1]
@@ -172,9 +188,13 @@ class _Local:
         with self.lock:
             return [name for name, (_g, lp, _t) in self.channels.items() if lp is loop]
 
-    def in_group(self, group: str) -> list[tuple[str, asyncio.AbstractEventLoop]]:
+    def in_group(self, group: str) -> dict[asyncio.AbstractEventLoop, list[str]]:
+        """The channels of `group`, by the event loop their consumers run on."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[str]] = {}
         with self.lock:
-            return [(name, lp) for name, (g, lp, _t) in self.channels.items() if g == group]
+            for name, loop in self.groups.get(group, {}).items():
+                by_loop.setdefault(loop, []).append(name)
+        return by_loop
 
 
 LOCAL = _Local()
@@ -213,13 +233,25 @@ def _log_failure(future) -> None:
         log.warning("panel push failed: %s", type(exc).__name__)
 
 
-async def _send_local(layer, channel_name: str, event: dict) -> None:
-    try:
-        await layer.send(channel_name, event)
-    except ChannelFull:
-        STATS["push_dropped"] += 1
+async def _send_local(layer, channel_names: list[str], event: dict) -> None:
+    """Put `event` on each of `channel_names` (consumers on this loop). A full channel drops
+    it: counted in `STATS["push_dropped"]` and logged once per push."""
+    send_shared = getattr(layer, "send_shared", None)
+    if send_shared is not None:  # `plumbing.layers`: one copy of the event for all of them
+        dropped = len(await send_shared(channel_names, event))
+    else:  # channels' own in-memory layer: a copy per channel
+        dropped = 0
+        for channel_name in channel_names:
+            try:
+                await layer.send(channel_name, event)
+            except ChannelFull:
+                dropped += 1
+    if dropped:
+        STATS["push_dropped"] += dropped
         log.warning(
-            "panel push dropped: channel over capacity (%d); the panel resyncs", layer.capacity
+            "panel push dropped: %d channel(s) over capacity (%d); the panel resyncs",
+            dropped,
+            layer.capacity,
         )
 
 
@@ -237,9 +269,19 @@ def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
     callback pool); a full channel is counted in `STATS["push_dropped"]` and logged. With
     Redis it is a `group_send` to `group_for(bot, open_id)` (over capacity, channels-redis
     logs "channels over capacity").
+
+    The message is encoded to its JSON text here, once, and travels with the dict as the
+    event's `"text"`: every panel sends that text rather than encoding the same dict again
+    (`PanelConsumer.panel_push`; the dict still decides what each connection drops).
     """
     STATS["push"] += 1
-    group_send(bot, open_id, {"type": "panel.push", "message": message})
+    try:
+        text = json.dumps(message, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:  # not JSON: nothing a panel could be sent
+        STATS["push_failed"] += 1
+        log.warning("panel push failed: %s", type(exc).__name__)
+        return
+    group_send(bot, open_id, {"type": "panel.push", "message": message, "text": text})
 
 
 def group_send(bot: Bot, open_id: str, event: dict[str, Any]) -> None:
@@ -255,15 +297,16 @@ def group_send(bot: Bot, open_id: str, event: dict[str, Any]) -> None:
         except RuntimeError:
             running = None
         if isinstance(layer, InMemoryChannelLayer):
-            for channel_name, loop in LOCAL.in_group(group):
+            # one hand-off per event loop (Daphne has one), not one per panel
+            for loop, channel_names in LOCAL.in_group(group).items():
+                sending = _send_local(layer, channel_names, event)
                 try:
                     if loop is running:
-                        task = loop.create_task(_send_local(layer, channel_name, event))
+                        task = loop.create_task(sending)
                     else:
-                        task = asyncio.run_coroutine_threadsafe(
-                            _send_local(layer, channel_name, event), loop
-                        )
-                except RuntimeError:  # that loop is closed: its consumer is gone
+                        task = asyncio.run_coroutine_threadsafe(sending, loop)
+                except RuntimeError:  # that loop is closed: its consumers are gone
+                    sending.close()
                     continue
                 _pending.add(task)
                 task.add_done_callback(_log_failure)

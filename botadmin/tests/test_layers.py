@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from django.conf import settings
 
 from plumbing.layers import InMemoryChannelLayer
@@ -37,3 +38,23 @@ def test_settings_use_it_without_redis():
     )
     if not settings.REDIS_URL:
         assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == settings.CHANNEL_CAPACITY
+
+
+async def test_send_shared_reaches_every_channel_and_reports_the_full_ones():
+    layer = InMemoryChannelLayer(capacity=1)
+    a, b, c = [await layer.new_channel() for _ in range(3)]
+    await layer.send(b, {"type": "first"})  # b is full now
+    message = {"type": "panel.push", "message": {"requestId": "r1"}}
+    assert await layer.send_shared([a, b, c], message) == [b]
+    message["message"]["requestId"] = "changed by the sender"  # receivers hold a copy
+    got_a, got_c = await layer.receive(a), await layer.receive(c)
+    assert got_a["message"]["requestId"] == got_c["message"]["requestId"] == "r1"
+    assert (await layer.receive(b))["type"] == "first"
+
+
+async def test_send_shared_refuses_what_send_refuses():
+    layer = InMemoryChannelLayer()
+    with pytest.raises(TypeError):
+        await layer.send_shared(["panel.a"], ["not", "a", "dict"])
+    with pytest.raises(TypeError):
+        await layer.send_shared(["not a valid name!"], {"type": "x"})

@@ -147,8 +147,28 @@ class PanelConsumer(AsyncWebsocketConsumer):
 
     # -- channel layer → server → client ----------------------------------------------------
 
+    async def dispatch(self, message):
+        """channels' `dispatch`, except that a `panel.push` goes straight to `panel_push`.
+
+        channels runs `django.db.close_old_connections` through the thread-sensitive executor
+        before every handler: a hop to Django's one sync thread and back per panel and push,
+        queued behind the request whose commit pushed (with 500 panels of one user it was the
+        largest part of a push's cost in Daphne; bench/README.md "Panel fan-out").
+        `panel_push` reads no database, and every database call of this consumer goes through
+        `database_sync_to_async`, which closes old connections itself before and after."""
+        if message.get("type") == "panel.push":
+            await self.panel_push(message)
+            return
+        await super().dispatch(message)
+
     async def panel_push(self, event):
+        """A push of `presence.push`: `event["message"]`, the panel protocol dict, decides what
+        this connection's bookkeeping drops (an ask already sent or already closed, a
+        cancellation a resync already applied, "answered" on the panel whose answer won);
+        `event["text"]`, when present, is that dict encoded once for every panel and is sent
+        as it is."""
         message = event.get("message") or {}
+        text = event.get("text")
         request_id = message.get("requestId")
         async with self.lock:
             if message.get("type") == "ask_user_questions":
@@ -167,7 +187,10 @@ class PanelConsumer(AsyncWebsocketConsumer):
                     # this panel's answer won: it was told `accepted`, and "answered
                     # elsewhere" would contradict that (every other panel still gets it)
                     return
-            await self._send(message)
+            if isinstance(text, str):
+                await self.send(text_data=text)
+            else:
+                await self._send(message)
 
     async def panel_token_revoked(self, event):
         """`panels.revoke_token` says a token of this user was revoked: close if it is ours."""

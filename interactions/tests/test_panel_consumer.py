@@ -97,6 +97,26 @@ async def test_push_reaches_every_panel_of_the_user_and_no_one_else(token, make_
         await comm.disconnect(timeout=10)
 
 
+async def test_a_push_is_sent_as_the_text_encoded_once_and_without_it_as_before(token, no_asks):
+    """`presence.push` encodes the frame once (`"text"` in the group message) and each panel
+    sends that text as it is; a push event without `"text"` (sent by a process of an older
+    release during a rolling deploy) is still encoded and sent by the panel."""
+    raw, row = token
+    comm = communicator(raw=raw)
+    await comm.connect()
+    assert (await receive(comm))["type"] == "snapshot"
+    message = {"type": "ask_user_questions_cancelled", "requestId": "ask_é", "reason": "timeout"}
+    await database_sync_to_async(panel_presence.push)(row.bot, "ou_alice", message)
+    sent = await comm.receive_output(5)
+    assert sent["text"] == json.dumps(message, ensure_ascii=False)
+    older = {"type": "ask_user_questions_cancelled", "requestId": "ask_2", "reason": "timeout"}
+    await database_sync_to_async(panel_presence.group_send)(
+        row.bot, "ou_alice", {"type": "panel.push", "message": older}
+    )
+    assert await receive(comm) == older
+    await comm.disconnect(timeout=10)
+
+
 async def test_malformed_frames_get_error_frames_and_the_panel_stays_open(token, no_asks):
     comm = communicator(raw=token[0])
     await comm.connect()
