@@ -1,0 +1,364 @@
+"""ORM statements compiled once per shape and run again with new values.
+
+Building a Django queryset and compiling it to SQL costs CPU on every call: resolving each
+`Q`, `F` and aggregate against the model, then rendering it — for a statement with a dozen
+filtered aggregates a few milliseconds, more than a small query takes in the database. When
+the same statement is run again and again with only its values changed (a date range, a team
+id), that work yields the same SQL text every time. A `StatementCache` keeps that text per
+*shape* and, on a later call of the same shape, only puts the new values into its parameters.
+
+The SQL always comes from the ORM (never typed by hand) and is checked before it is kept:
+
+- the caller names the shape (everything that changes the SQL text: which filters are present,
+  which branch is taken) and passes the *values* as `Slot`s, each with the model field that
+  adapts it (`Field.get_db_prep_value`, as the ORM's lookups do);
+- on the first call of a shape the statement is compiled twice, once with the real values and
+  once with unique marker values in every slot; the two SQL texts must be equal and each
+  marker must be found among the parameters, which tells where each slot's value goes;
+  putting the real values there must give back exactly the parameters the ORM produced.
+  A shape that fails this check (a value that changes the SQL text, a marker the ORM folds
+  into the SQL) is never cached: every call of it runs through the ORM;
+- rows are converted with the ORM's own converters (dates on SQLite, JSON fields …), so a
+  cached call returns what `QuerySet.aggregate()` / `.values()` return.
+
+`plain=True` on a call (and `CARDLOOP_STATEMENT_CACHE = False` in settings) runs the ORM
+instead, so tests can compare both paths. The cache is per process and bounded (`MAX_SHAPES`,
+then it starts over); a list slot's length is part of the shape. Thread-safe: entries are
+immutable and replaced whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
+from django.db.models import Field, QuerySet
+from django.db.models.sql.query import Query
+
+#: Shapes kept per cache before it starts over (each entry is one SQL text and its plan).
+MAX_SHAPES = 512
+
+_INTEGER_TYPES = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+    }
+)
+_TEXT_TYPES = frozenset({"CharField", "TextField", "SlugField"})
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One value of a statement: `value` (or a tuple of values, for `__in`) and the model
+    `field` whose `get_db_prep_value` turns it into a parameter, as the ORM's lookups do.
+    Supported fields: integer, text, date and datetime fields and foreign keys to them."""
+
+    field: Field
+    value: Any
+
+    def is_list(self) -> bool:
+        return isinstance(self.value, (tuple, list))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A kept statement: SQL text, parameter template, where each slot's values go
+    (`(parameter index, slot name, element index or None)`), column names and converters."""
+
+    sql: str
+    template: tuple[Any, ...]
+    positions: tuple[tuple[int, str, int | None], ...]
+    names: tuple[str, ...]
+    converters: dict[int, tuple[list, Any]]
+    single: bool
+
+
+#: Marks a shape that failed the check: it always runs through the ORM.
+_UNCACHEABLE = object()
+
+
+def _target(field: Field) -> Field:
+    """The field whose type a value of `field` has (a foreign key's target)."""
+    while getattr(field, "target_field", None) is not None and field.is_relation:
+        field = field.target_field
+    return field
+
+
+def _marker(field: Field, n: int) -> Any:
+    """A value of `field`'s type that no real statement parameter holds (the `n`-th)."""
+    kind = _target(field).get_internal_type()
+    if kind == "DateTimeField":
+        return datetime(1971, 2, 3, 4, 5, 6, tzinfo=UTC) + timedelta(microseconds=7919 * (n + 1))
+    if kind == "DateField":
+        return date(1801, 1, 1) + timedelta(days=n)
+    if kind in _INTEGER_TYPES:
+        return 7_340_032_000_003 + 7919 * n
+    if kind in _TEXT_TYPES:
+        return f"\x1fslot-{n}-marker\x1f"
+    raise TypeError(f"a statement slot cannot hold a {kind}")
+
+
+def _prep(slot_field: Field, value: Any, connection) -> Any:
+    return slot_field.get_db_prep_value(value, connection, prepared=False)
+
+
+def _param_key(value: Any) -> Any:
+    """A hashable, type-exact key of a parameter (1 and True and 1.0 differ)."""
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value), repr(value))
+    return (type(value), value)
+
+
+class _CaptureQuery(Query):
+    """A `Query` whose aggregation is compiled but not run: `get_aggregation` hands its
+    compiler to `captured` and gets "no row" back."""
+
+    captured: Any = None
+
+    def get_compiler(self, using=None, connection=None, elide_empty=True):
+        compiler = super().get_compiler(using, connection, elide_empty)
+        query = self
+
+        def execute_sql(*_args, **_kwargs):
+            query.captured = compiler
+            return None
+
+        compiler.execute_sql = execute_sql
+        return compiler
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]
+    names: tuple[str, ...]
+    converters: dict[int, tuple[list, Any]]
+
+
+def _compile_aggregate(qs: QuerySet, aggregates: dict[str, Any]) -> _Compiled | None:
+    query = qs.query.chain(klass=_CaptureQuery)
+    query.get_aggregation(qs.db, aggregates)
+    compiler = query.captured
+    if compiler is None:  # the ORM chose a subquery (or nothing): not cacheable
+        return None
+    try:
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:
+        return None
+    if not sql:
+        return None
+    cols = compiler.query.annotation_select
+    return _Compiled(sql, tuple(params), tuple(cols), compiler.get_converters(cols.values()))
+
+
+def _compile_values(qs: QuerySet) -> _Compiled | None:
+    query = qs.query
+    compiler = query.get_compiler(qs.db)
+    try:
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:
+        return None
+    if not sql:
+        return None
+    if query.selected:
+        names = tuple(query.selected)
+    else:
+        names = (*query.extra_select, *query.values_select, *query.annotation_select)
+    fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
+    if len(names) != len(fields):
+        return None
+    return _Compiled(sql, tuple(params), names, compiler.get_converters(fields))
+
+
+class StatementCache:
+    """SQL texts of ORM statements per shape (see the module docstring).
+
+    `aggregate(shape, slots, build)` returns what `QuerySet.aggregate()` returns and
+    `values(shape, slots, build)` the list `QuerySet.values(...)` yields, where `build(values)`
+    makes the statement from `values` (slot name → value): for `aggregate` a
+    `(queryset, {alias: aggregate expression})` pair, for `values` a values-queryset. `build`
+    must put every value that varies between calls of one shape through a slot, and `shape`
+    must name everything else that changes the SQL (the check on first use catches most
+    mistakes, not all). `plain=True` runs `build` through the ORM, uncached.
+    """
+
+    def __init__(self, name: str, using: str = "default"):
+        self.name = name
+        self.using = using
+        self._plans: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget every kept shape (tests)."""
+        with self._lock:
+            self._plans = {}
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    # -- public calls -----------------------------------------------------------------------
+
+    def aggregate(
+        self,
+        shape: Hashable,
+        slots: dict[str, Slot],
+        build: Callable[[dict[str, Any]], tuple[QuerySet, dict[str, Any]]],
+        *,
+        plain: bool = False,
+    ) -> dict[str, Any]:
+        """`QuerySet.aggregate(**aggregates)` of `build(values)`: a dict alias → value."""
+        if plain or not self.enabled():
+            qs, aggregates = build(_values(slots))
+            return qs.aggregate(**aggregates)
+        rows = self._run(("aggregate", shape), slots, build, single=True)
+        return rows[0]
+
+    def values(
+        self,
+        shape: Hashable,
+        slots: dict[str, Slot],
+        build: Callable[[dict[str, Any]], QuerySet],
+        *,
+        plain: bool = False,
+    ) -> list[dict[str, Any]]:
+        """`list(build(values))` for a values-queryset: one dict per row."""
+        if plain or not self.enabled():
+            return list(build(_values(slots)))
+        return self._run(("values", shape), slots, build, single=False)
+
+    @staticmethod
+    def enabled() -> bool:
+        """False when `settings.CARDLOOP_STATEMENT_CACHE` is false (every call runs the ORM)."""
+        return bool(getattr(settings, "CARDLOOP_STATEMENT_CACHE", True))
+
+    # -- machinery --------------------------------------------------------------------------
+
+    def _run(self, shape, slots: dict[str, Slot], build, *, single: bool) -> list[dict]:
+        connection = connections[self.using]
+        key = (
+            self.using,
+            connection.vendor,
+            shape,
+            tuple((n, len(s.value)) for n, s in sorted(slots.items()) if s.is_list()),
+        )
+        plan = self._plans.get(key)
+        if plan is None:
+            probe = build(_values(slots))
+            plan = self._plan(slots, build, probe, single) or _UNCACHEABLE
+            with self._lock:
+                if len(self._plans) >= MAX_SHAPES:
+                    self._plans = {}
+                self._plans = {**self._plans, key: plan}
+            if plan is _UNCACHEABLE:
+                return _orm(probe, single)
+        if plan is _UNCACHEABLE:
+            return _orm(build(_values(slots)), single)
+        return _execute(plan, slots, connection)
+
+    def _plan(self, slots: dict[str, Slot], build, probe, single: bool) -> _Plan | None:
+        real = _compile_aggregate(*probe) if single else _compile_values(probe)
+        if real is None:
+            return None
+        markers: dict[str, Any] = {}
+        n = 0
+        for name in sorted(slots):
+            slot = slots[name]
+            if slot.is_list():
+                # Increasing markers keep a sorted list sorted.
+                markers[name] = tuple(_marker(slot.field, n + i) for i in range(len(slot.value)))
+                n += len(slot.value)
+            else:
+                markers[name] = _marker(slot.field, n)
+                n += 1
+        marked_probe = build(markers)
+        marked = _compile_aggregate(*marked_probe) if single else _compile_values(marked_probe)
+        if marked is None or marked.sql != real.sql or len(marked.params) != len(real.params):
+            return None
+        qs = probe[0] if single else probe
+        if qs.db != self.using:
+            return None  # routed elsewhere: the ORM decides
+        connection = connections[qs.db]
+        where: dict[Any, tuple[str, int | None]] = {}
+        for name in sorted(slots):
+            field = slots[name].field
+            if slots[name].is_list():
+                for i, value in enumerate(markers[name]):
+                    where[_param_key(_prep(field, value, connection))] = (name, i)
+            else:
+                where[_param_key(_prep(field, markers[name], connection))] = (name, None)
+        # A slot found nowhere is a value this statement does not use (a filter that applies
+        # to another statement of the same call): its value cannot change this SQL.
+        positions = []
+        for index, param in enumerate(marked.params):
+            hit = where.get(_param_key(param))
+            if hit is not None:
+                positions.append((index, *hit))
+            elif _param_key(param) != _param_key(real.params[index]):
+                return None  # a parameter that differs but is no slot: the SQL depends on it
+        plan = _Plan(
+            sql=real.sql,
+            template=marked.params,
+            positions=tuple(positions),
+            names=real.names,
+            converters=real.converters,
+            single=single,
+        )
+        if _params(plan, slots, connection) != list(real.params):
+            return None
+        return plan
+
+
+def _orm(probe, single: bool) -> list[dict[str, Any]]:
+    if single:
+        qs, aggregates = probe
+        return [qs.aggregate(**aggregates)]
+    return list(probe)
+
+
+def _values(slots: dict[str, Slot]) -> dict[str, Any]:
+    return {name: slot.value for name, slot in slots.items()}
+
+
+def _params(plan: _Plan, slots: dict[str, Slot], connection) -> list[Any]:
+    params = list(plan.template)
+    for index, name, element in plan.positions:
+        slot = slots[name]
+        value = slot.value if element is None else slot.value[element]
+        params[index] = _prep(slot.field, value, connection)
+    return params
+
+
+def _execute(plan: _Plan, slots: dict[str, Slot], connection) -> list[dict[str, Any]]:
+    with connection.cursor() as cursor:
+        cursor.execute(plan.sql, _params(plan, slots, connection))
+        rows: Sequence = cursor.fetchall()
+    names = plan.names
+    converters = plan.converters.items()
+    out = []
+    for row in rows:
+        if converters:
+            row = list(row)
+            for pos, (convs, expression) in converters:
+                value = row[pos]
+                for convert in convs:
+                    value = convert(value, expression, connection)
+                row[pos] = value
+        out.append(dict(zip(names, row, strict=True)))
+    if plan.single and not out:
+        raise RuntimeError("an aggregate statement returned no row")
+    return out
