@@ -65,6 +65,9 @@ FAILED_OUTBOX_STATUSES = (WorkStatus.FAILED, WorkStatus.DEAD)
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 SEMANTICS = (Semantic.POSITIVE, Semantic.PROGRESS, Semantic.NEGATIVE)
+SEMANTIC_KEYS = tuple(s.value for s in SEMANTICS)
+#: The counts of a trend bucket, in the order of the response.
+TREND_COUNTS = ("delivered", "ratings", "rated_deliveries", *SEMANTIC_KEYS)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -365,18 +368,14 @@ def trend(
     compiled once per shape (`STATEMENTS`); `plain=True` builds them through the ORM.
     """
     plan = periods.buckets(query.start, query.end, query.tz, granularity)
-    per_day: dict[date, dict[str, int]] = {}
+    # local day → [delivered, ratings, rated_deliveries, positive, progress, negative]
+    per_day: dict[date, list[int]] = {}
 
-    def slot(day: date) -> dict[str, int]:
-        return per_day.setdefault(
-            day,
-            {
-                "delivered": 0,
-                "ratings": 0,
-                "rated_deliveries": 0,
-                **{s.value: 0 for s in SEMANTICS},
-            },
-        )
+    def slot(day: date) -> list[int]:
+        counts = per_day.get(day)
+        if counts is None:
+            counts = per_day[day] = [0] * len(TREND_COUNTS)
+        return counts
 
     seconds = _slot_seconds(query, plan)
     times = {"start": query.start, "end": query.end}
@@ -385,8 +384,15 @@ def trend(
     grouping = (seconds,) if seconds is not None else ("local", query.tz.key)
     shape, slots, rebuild = _statement(query, scope, grouping, **times)
 
-    def local_day(value):
-        return value.astimezone(query.tz).date() if seconds is not None else value
+    local_days: dict[Any, date] = {}
+
+    def local_day(value) -> date:
+        if seconds is None:
+            return value
+        day = local_days.get(value)
+        if day is None:
+            day = local_days[value] = value.astimezone(query.tz).date()
+        return day
 
     def day_of(values: dict[str, Any], q: AnalyticsQuery):
         if seconds is not None:
@@ -434,7 +440,7 @@ def trend(
         )
 
     for row in STATEMENTS.values(("trend.delivered", shape), slots, deliveries, plain=plain):
-        slot(local_day(row["day"]))["delivered"] += row["n"]
+        slot(local_day(row["day"]))[0] += row["n"]
     if answerable_from_rollup(query):
         rating_rows = [
             {key.removeprefix("c_"): value for key, value in row.items()}
@@ -446,22 +452,28 @@ def trend(
         rating_rows = STATEMENTS.values(("trend.ratings", shape), slots, joined, plain=plain)
     for row in rating_rows:
         counts = slot(local_day(row["day"]))
-        counts["ratings"] += row["n"]
-        counts["rated_deliveries"] += row["rated"]
-        for s in SEMANTICS:
-            counts[s.value] += row[s.value]
+        counts[1] += row["n"]
+        counts[2] += row["rated"]
+        counts[3] += row[SEMANTIC_KEYS[0]]
+        counts[4] += row[SEMANTIC_KEYS[1]]
+        counts[5] += row[SEMANTIC_KEYS[2]]
     out = []
+    width = range(len(TREND_COUNTS))
     for bucket in plan:
-        totals = {
-            "delivered": 0,
-            "ratings": 0,
-            "rated_deliveries": 0,
-            **{s.value: 0 for s in SEMANTICS},
-        }
+        totals = [0] * len(TREND_COUNTS)
         for day in bucket.days:
-            for key, value in per_day.get(day, {}).items():
-                totals[key] += value
-        out.append({"date": bucket.label, "from": bucket.start, "to": bucket.end, **totals})
+            counts = per_day.get(day)
+            if counts is not None:
+                for k in width:
+                    totals[k] += counts[k]
+        out.append(
+            {
+                "date": bucket.label,
+                "from": bucket.start,
+                "to": bucket.end,
+                **dict(zip(TREND_COUNTS, totals, strict=True)),
+            }
+        )
     return {"range": range_dict(query), "granularity": granularity, "buckets": out}
 
 
