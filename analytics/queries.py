@@ -273,9 +273,10 @@ def summary(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict
     feedback_shown, ratings, rated_deliveries, positive, progress, negative, coverage: rate,
     positive_rate: rate}` and D holds current − previous (counts; rate values, None when
     either side is None).
-    Four queries: one over deliveries, one over latest ratings, each covering both periods, and
-    two for the per-key `verdicts` of the range (counts, then the labels' snapshots). Their SQL
-    is compiled once per shape (`STATEMENTS`); `plain=True` builds it through the ORM.
+    Three queries: one joining the aggregate over deliveries and the one over latest ratings
+    (or their rollup), each covering both periods, and two for the per-key `verdicts` of the
+    range (counts, then the labels' snapshots). Their SQL is compiled once per shape
+    (`STATEMENTS`); `plain=True` builds it through the ORM (four queries).
     """
     prev_start, _prev_end = query.previous
     shape, slots, rebuild = _statement(
@@ -328,14 +329,20 @@ def summary(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict
             aggregates[f"{s.value}_prev"] = Count("id", filter=r_before & Q(semantic=s))
         return latest_ratings(q, sc, values["prev"], q.end), aggregates
 
-    d = STATEMENTS.aggregate(("summary.delivered", shape), slots, deliveries, plain=plain)
+    # Both aggregates in one statement (one round trip), each still the ORM's.
     if answerable_from_rollup(query):
-        raw = STATEMENTS.aggregate(
-            ("summary.rollup", shape), _on_rollup(slots), rollup, plain=plain
+        d, raw = STATEMENTS.aggregates(
+            (("summary.delivered", shape), slots, deliveries),
+            (("summary.rollup", shape), _on_rollup(slots), rollup),
+            plain=plain,
         )
         r = {key.removeprefix("c_"): value for key, value in raw.items()}
     else:
-        r = STATEMENTS.aggregate(("summary.ratings", shape), slots, joined, plain=plain)
+        d, r = STATEMENTS.aggregates(
+            (("summary.delivered", shape), slots, deliveries),
+            (("summary.ratings", shape), slots, joined),
+            plain=plain,
+        )
     current, previous = _figures(d, r, ""), _figures(d, r, "_prev")
     return {
         "range": range_dict(query),

@@ -154,3 +154,19 @@ def test_the_setting_turns_the_cache_off(world, make_delivery, settings):
     slots = {"model": Slot(Delivery._meta.get_field("model"), "m1")}
     assert cache.values("off", slots, build) == [{"model": "m1", "n": 1}]
     assert len(cache) == 0
+
+
+def test_a_summary_is_three_round_trips_once_its_shapes_are_kept(
+    random_history,  # noqa: F811
+    world,
+    django_assert_num_queries,
+):
+    query = AnalyticsQuery(
+        random_history, random_history + timedelta(days=10), zoneinfo.ZoneInfo("UTC")
+    )
+    scope = Scope(team_ids=frozenset({world.team_a.id}))
+    expected = queries.summary(query, scope, plain=True)
+    queries.summary(query, scope)
+    # Both aggregates in one statement, then the verdict counts and their snapshots.
+    with django_assert_num_queries(3):
+        assert queries.summary(query, scope) == expected

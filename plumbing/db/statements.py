@@ -241,6 +241,49 @@ class StatementCache:
             return list(build(_values(slots)))
         return self._run(("values", shape), slots, build, single=False)
 
+    def aggregates(
+        self,
+        *calls: tuple[
+            Hashable,
+            dict[str, Slot],
+            Callable[[dict[str, Any]], tuple[QuerySet, dict[str, Any]]],
+        ],
+        plain: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Several `aggregate(shape, slots, build)` calls in one statement, one round trip:
+        `SELECT * FROM (first) CROSS JOIN (second) …` — each is an aggregate without GROUP
+        BY, so each gives exactly one row. Returns their dicts in order. When any of them is
+        not kept (see the module docstring), each runs on its own."""
+        if plain or not self.enabled():
+            return [self.aggregate(*call, plain=True) for call in calls]
+        connection = connections[self.using]
+        plans = [
+            self._plan_for(("aggregate", shape), slots, build, True)
+            for shape, slots, build in calls
+        ]
+        if any(plan is _UNCACHEABLE for plan in plans):
+            return [self.aggregate(*call) for call in calls]
+        # Only SQL the ORM compiled is joined here; every value stays a parameter.
+        sql = "SELECT * FROM " + " CROSS JOIN ".join(  # noqa: S608
+            f"({plan.sql}) AS _part{i}" for i, plan in enumerate(plans)
+        )
+        params: list[Any] = []
+        for plan, (_shape, slots, _build) in zip(plans, calls, strict=True):
+            params.extend(_params(plan, slots, connection))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        if len(rows) != 1:
+            raise RuntimeError("aggregate statements joined gave other than one row")
+        out, offset = [], 0
+        for plan in plans:
+            width = len(plan.names)
+            out.append(_convert(plan, rows[0][offset : offset + width], connection))
+            offset += width
+        if offset != len(rows[0]):
+            raise RuntimeError("aggregate statements joined gave other columns")
+        return out
+
     @staticmethod
     def enabled() -> bool:
         """False when `settings.CARDLOOP_STATEMENT_CACHE` is false (every call runs the ORM)."""
@@ -248,22 +291,34 @@ class StatementCache:
 
     # -- machinery --------------------------------------------------------------------------
 
-    def _run(self, shape, slots: dict[str, Slot], build, *, single: bool) -> list[dict]:
-        connection = connections[self.using]
-        key = (
+    def _key(self, shape, slots: dict[str, Slot], connection) -> Hashable:
+        return (
             self.using,
             connection.vendor,
             shape,
             tuple((n, len(s.value)) for n, s in sorted(slots.items()) if s.is_list()),
         )
+
+    def _plan_for(self, shape, slots: dict[str, Slot], build, single: bool, probe=None):
+        """The kept plan of `shape` (made now on a first call), or `_UNCACHEABLE`."""
+        key = self._key(shape, slots, connections[self.using])
         plan = self._plans.get(key)
         if plan is None:
-            probe = build(_values(slots))
+            if probe is None:
+                probe = build(_values(slots))
             plan = self._plan(slots, build, probe, single) or _UNCACHEABLE
             with self._lock:
                 if len(self._plans) >= MAX_SHAPES:
                     self._plans = {}
                 self._plans = {**self._plans, key: plan}
+        return plan
+
+    def _run(self, shape, slots: dict[str, Slot], build, *, single: bool) -> list[dict]:
+        connection = connections[self.using]
+        plan = self._plans.get(self._key(shape, slots, connection))
+        if plan is None:
+            probe = build(_values(slots))
+            plan = self._plan_for(shape, slots, build, single, probe)
             if plan is _UNCACHEABLE:
                 return _orm(probe, single)
         if plan is _UNCACHEABLE:
@@ -343,22 +398,23 @@ def _params(plan: _Plan, slots: dict[str, Slot], connection) -> list[Any]:
     return params
 
 
+def _convert(plan: _Plan, row: Sequence, connection) -> dict[str, Any]:
+    """One fetched row as the ORM returns it: converted, keyed by column name."""
+    if plan.converters:
+        row = list(row)
+        for pos, (convs, expression) in plan.converters.items():
+            value = row[pos]
+            for convert in convs:
+                value = convert(value, expression, connection)
+            row[pos] = value
+    return dict(zip(plan.names, row, strict=True))
+
+
 def _execute(plan: _Plan, slots: dict[str, Slot], connection) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, _params(plan, slots, connection))
         rows: Sequence = cursor.fetchall()
-    names = plan.names
-    converters = plan.converters.items()
-    out = []
-    for row in rows:
-        if converters:
-            row = list(row)
-            for pos, (convs, expression) in converters:
-                value = row[pos]
-                for convert in convs:
-                    value = convert(value, expression, connection)
-                row[pos] = value
-        out.append(dict(zip(names, row, strict=True)))
-    if plan.single and not out:
-        raise RuntimeError("an aggregate statement returned no row")
+    out = [_convert(plan, row, connection) for row in rows]
+    if plan.single and len(out) != 1:
+        raise RuntimeError("an aggregate statement gave other than one row")
     return out
