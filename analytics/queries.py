@@ -273,10 +273,11 @@ def summary(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict
     feedback_shown, ratings, rated_deliveries, positive, progress, negative, coverage: rate,
     positive_rate: rate}` and D holds current − previous (counts; rate values, None when
     either side is None).
-    Three queries: one joining the aggregate over deliveries and the one over latest ratings
-    (or their rollup), each covering both periods, and two for the per-key `verdicts` of the
-    range (counts, then the labels' snapshots). Their SQL is compiled once per shape
-    (`STATEMENTS`); `plain=True` builds it through the ORM (four queries).
+    Two queries: one joining the aggregate over deliveries and the one over latest ratings
+    (or their rollup), each covering both periods, and the per-key `verdicts` of the range
+    with the snapshots that label them. Their SQL is compiled once per shape (`STATEMENTS`);
+    `plain=True` builds it through the ORM (four queries: the aggregates one by one, the
+    snapshots after the verdict counts).
     """
     prev_start, _prev_end = query.previous
     shape, slots, rebuild = _statement(
@@ -567,14 +568,36 @@ def _snapshots(ids: list[int], *, plain: bool = False) -> dict[int, Any]:
     }
 
 
+def _with_snapshots(shape, slots: dict[str, Slot], counts, *, plain: bool) -> list[dict]:
+    """The rows of the values-statement `counts` (grouped, each with the id of its `newest`
+    delivery), each with that delivery's `policy_snapshot`, which labels it: joined in the
+    same statement when it is kept (`StatementCache.values_joined`), else read in a second
+    query (`_snapshots`)."""
+    rows = STATEMENTS.values_joined(
+        shape,
+        slots,
+        counts,
+        key="newest",
+        model=Delivery,
+        fields=("policy_snapshot",),
+        plain=plain,
+    )
+    if rows is not None:
+        return rows
+    rows = STATEMENTS.values(shape, slots, counts, plain=plain)
+    snapshots = _snapshots([row["newest"] for row in rows], plain=plain)
+    return [{**row, "policy_snapshot": snapshots.get(row["newest"])} for row in rows]
+
+
 def verdicts(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> list[dict[str, Any]]:
     """Latest ratings of the range per (verdict key, semantic), most frequent first (ties by
     key): `[{"key", "label", "semantic", "count"}]`. A key's label comes from the policy
     snapshot of the newest delivery that carries it (configured or proposed by the agent for
     that answer), in the reader's language; the counts of one semantic add up to that
     semantic's total in `summary`, so figures grouped by semantic stay comparable whatever
-    options each answer offered. Two queries (counts, snapshots), compiled once per shape
-    (`STATEMENTS`); `plain=True` builds them through the ORM."""
+    options each answer offered. One query (the counts with the snapshots joined, see
+    `_with_snapshots`), compiled once per shape (`STATEMENTS`); `plain=True` builds the counts
+    through the ORM and reads the snapshots in a second query."""
     shape, slots, rebuild = _statement(query, scope, start=query.start, end=query.end)
 
     def counts(values: dict[str, Any]) -> QuerySet:
@@ -586,8 +609,8 @@ def verdicts(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> lis
             .order_by()
         )
 
-    rows = STATEMENTS.values(("verdicts", shape), slots, counts, plain=plain)
-    snapshots = _snapshots([row["newest"] for row in rows], plain=plain)
+    rows = _with_snapshots(("verdicts", shape), slots, counts, plain=plain)
+    snapshots = {row["newest"]: row["policy_snapshot"] for row in rows}
     items = [
         {
             "key": row["verdict_key"],
@@ -609,8 +632,9 @@ def reasons(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict
     "count", "share": rate(count, negative_ratings)}]}`. A reason's label comes from the policy
     snapshot of the newest delivery (highest id) that carries the key in the range, so a
     renamed label shows its latest wording and the series stays keyed by the stable key.
-    Two queries (counts, snapshots), compiled once per shape (`STATEMENTS`); `plain=True`
-    builds them through the ORM.
+    One query (the counts with the snapshots joined, see `_with_snapshots`), compiled once
+    per shape (`STATEMENTS`); `plain=True` builds the counts through the ORM and reads the
+    snapshots in a second query.
     """
     shape, slots, rebuild = _statement(query, scope, start=query.start, end=query.end)
     from_rollup = answerable_from_rollup(query)
@@ -635,10 +659,10 @@ def reasons(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict
 
     if from_rollup:
         slots = _on_rollup(slots)
-    rows = STATEMENTS.values(("reasons", from_rollup, shape), slots, counts, plain=plain)
+    rows = _with_snapshots(("reasons", from_rollup, shape), slots, counts, plain=plain)
     total = sum(row["n"] for row in rows)
     keyed = [row for row in rows if row["reason_key"]]
-    snapshots = _snapshots([row["newest"] for row in keyed], plain=plain)
+    snapshots = {row["newest"]: row["policy_snapshot"] for row in keyed}
     items = []
     for row in keyed:
         label = snapshot_labels(snapshots.get(row["newest"]))[1].get(row["reason_key"])

@@ -38,7 +38,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
-from django.db.models import Field, QuerySet
+from django.db.models import Field, Model, QuerySet
 from django.db.models.sql.query import Query
 
 #: Shapes kept per cache before it starts over (each entry is one SQL text and its plan).
@@ -240,6 +240,71 @@ class StatementCache:
         if plain or not self.enabled():
             return list(build(_values(slots)))
         return self._run(("values", shape), slots, build, single=False)
+
+    def values_joined(
+        self,
+        shape: Hashable,
+        slots: dict[str, Slot],
+        build: Callable[[dict[str, Any]], QuerySet],
+        *,
+        key: str,
+        model: type[Model],
+        fields: tuple[str, ...],
+        plain: bool = False,
+    ) -> list[dict[str, Any]] | None:
+        """The rows of `values(shape, slots, build)`, each with `fields` of the `model` row
+        whose primary key is the row's `key` column (None without one), in one statement:
+        `SELECT q.*, j.<fields> FROM (kept SQL) q LEFT JOIN <model> j ON j.pk = q.<key>`.
+
+        The ORM cannot say this (a subquery on an aggregate's value lands in its GROUP BY),
+        and reading the joined rows afterwards costs a second round trip. The kept SQL is the
+        ORM's; the join around it names only `model`'s table and columns, and the joined
+        values are converted as `model.objects.values(*fields)` converts them. Returns None
+        when `plain`, when the cache is off or the shape is not kept: the caller then reads
+        the rows and the joined values its own way.
+        """
+        if plain or not self.enabled():
+            return None
+        connection = connections[self.using]
+        plan = self._plan_for(("values", shape), slots, build, False)
+        if plan is _UNCACHEABLE or key not in plan.names or set(fields) & set(plan.names):
+            return None
+        joined = self._joined(model, fields, connection)
+        if joined is None:
+            return None
+        quote = connection.ops.quote_name
+        columns = ", ".join(
+            f"_joined.{quote(model._meta.get_field(name).column)}" for name in fields
+        )
+        # Only SQL the ORM compiled and the model's own names; every value stays a parameter.
+        sql = (
+            f"SELECT _kept.*, {columns} FROM ({plan.sql}) AS _kept "  # noqa: S608
+            f"LEFT JOIN {quote(model._meta.db_table)} AS _joined "
+            f"ON _joined.{quote(model._meta.pk.column)} = _kept.{quote(key)}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, _params(plan, slots, connection))
+            rows = cursor.fetchall()
+        width = len(plan.names)
+        out = []
+        for row in rows:
+            item = _convert(plan, row[:width], connection)
+            item.update(_convert(joined, row[width:], connection))
+            out.append(item)
+        return out
+
+    def _joined(self, model: type[Model], fields: tuple[str, ...], connection) -> _Plan | None:
+        """Names and converters of `model.objects.values(*fields)`, kept per model and fields."""
+        cache_key = ("joined", self.using, connection.vendor, model._meta.label, fields)
+        plan = self._plans.get(cache_key)
+        if plan is None:
+            compiled = _compile_values(model._default_manager.using(self.using).values(*fields))
+            if compiled is None or compiled.names != fields:
+                return None
+            plan = _Plan("", (), (), compiled.names, compiled.converters, False)
+            with self._lock:
+                self._plans = {**self._plans, cache_key: plan}
+        return plan
 
     def aggregates(
         self,
