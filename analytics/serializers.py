@@ -39,7 +39,14 @@ def represent(serializer_class: type[serializers.Serializer], data: Any) -> dict
         bound = _BOUND.setdefault(serializer_class, serializer_class())
     compiled = _COMPILED.get(serializer_class)
     if compiled is None:
-        compiled = _COMPILED.setdefault(serializer_class, _compile(bound))
+        try:
+            made = _compile(bound)
+        except ValueError:  # a field the fast path does not read (a `source`): DRF's own way
+
+            def made(data, _zone, bound=bound):
+                return bound.to_representation(data)
+
+        compiled = _COMPILED.setdefault(serializer_class, made)
     zone = timezone.get_current_timezone() if settings.USE_TZ else None
     try:
         return compiled(data, zone)

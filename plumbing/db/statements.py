@@ -7,17 +7,20 @@ the same statement is run again and again with only its values changed (a date r
 id), that work yields the same SQL text every time. A `StatementCache` keeps that text per
 *shape* and, on a later call of the same shape, only puts the new values into its parameters.
 
-The SQL always comes from the ORM (never typed by hand) and is checked before it is kept:
+A kept statement's SQL always comes from the ORM (`aggregates` and `values_joined` only put a
+join around kept statements) and is checked before it is kept:
 
 - the caller names the shape (everything that changes the SQL text: which filters are present,
   which branch is taken) and passes the *values* as `Slot`s, each with the model field that
   adapts it (`Field.get_db_prep_value`, as the ORM's lookups do);
 - on the first call of a shape the statement is compiled twice, once with the real values and
-  once with unique marker values in every slot; the two SQL texts must be equal and each
-  marker must be found among the parameters, which tells where each slot's value goes;
-  putting the real values there must give back exactly the parameters the ORM produced.
-  A shape that fails this check (a value that changes the SQL text, a marker the ORM folds
-  into the SQL) is never cached: every call of it runs through the ORM;
+  once with unique marker values in every slot; the two SQL texts must be equal, every
+  parameter that differs between them must be a marker (which tells where each slot's value
+  goes; a slot found nowhere is a value this statement does not use), and putting the real
+  values there must give back exactly the parameters the ORM produced. A shape that fails
+  this check (a value that changes the SQL text, or one the ORM folds into it) is never
+  kept: every call of it runs through the ORM. The check cannot see a value that changes
+  the SQL only for *other* values than the two it tried: such a value belongs in the shape;
 - rows are converted with the ORM's own converters (dates on SQLite, JSON fields …), so a
   cached call returns what `QuerySet.aggregate()` / `.values()` return.
 
@@ -194,7 +197,9 @@ class StatementCache:
     `(queryset, {alias: aggregate expression})` pair, for `values` a values-queryset. `build`
     must put every value that varies between calls of one shape through a slot, and `shape`
     must name everything else that changes the SQL (the check on first use catches most
-    mistakes, not all). `plain=True` runs `build` through the ORM, uncached.
+    mistakes, not all). `plain=True` runs `build` through the ORM, uncached. Statements run
+    on the database `using` (the querysets `build` makes must use it too, else they are
+    never kept).
     """
 
     def __init__(self, name: str, using: str = "default"):
