@@ -123,9 +123,19 @@ def buckets(
 ) -> list[Bucket]:
     """Every day (`granularity="day"`) or ISO week (`"week"`, Monday first) that intersects
     `[start, end)` in `tz`, in order, empty ones included. Raises `ValueError` for another
-    granularity."""
+    granularity. A pure function of its arguments, so the plans of recent ranges are kept
+    (a year of days is ~730 time-zone conversions; the dashboard asks for the same range
+    again and again)."""
     if granularity not in ("day", "week"):
         raise ValueError(granularity)
+    # Equal instants in other zones are equal keys: the zones are part of the key too.
+    return list(_buckets(start, end, tz, granularity, start.tzinfo, end.tzinfo))
+
+
+@lru_cache(maxsize=64)
+def _buckets(
+    start: datetime, end: datetime, tz: zoneinfo.ZoneInfo, granularity: str, *_zones
+) -> tuple[Bucket, ...]:
     first = start.astimezone(tz).date()
     last = (end - timedelta(microseconds=1)).astimezone(tz).date()
     days: list[date] = []
@@ -143,4 +153,4 @@ def buckets(
         b_start = max(local_midnight(label, tz), start)
         b_end = min(local_midnight(label + timedelta(days=span), tz), end)
         result.append(Bucket(label=label, start=b_start, end=b_end, days=tuple(members)))
-    return result
+    return tuple(result)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -48,11 +49,12 @@ from django.db.models.lookups import GreaterThan
 
 from analytics import periods
 from analytics.access import Scope
-from analytics.filters import AnalyticsQuery
+from analytics.filters import DELIVERY_DIMENSIONS, RATING_DIMENSIONS, AnalyticsQuery
 from analytics.models import DeliveryRatingCounts
 from botadmin.models import Bot
 from feedback.cards import localized
 from feedback.models import Delivery, LatestFeedback, OutboxItem, Semantic
+from plumbing.db.statements import Slot, StatementCache
 from plumbing.workqueue import WorkStatus
 
 #: Statuses counted as "deliveries that failed".
@@ -63,6 +65,9 @@ FAILED_OUTBOX_STATUSES = (WorkStatus.FAILED, WorkStatus.DEAD)
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 SEMANTICS = (Semantic.POSITIVE, Semantic.PROGRESS, Semantic.NEGATIVE)
+SEMANTIC_KEYS = tuple(s.value for s in SEMANTICS)
+#: The counts of a trend bucket, in the order of the response.
+TREND_COUNTS = ("delivered", "ratings", "rated_deliveries", *SEMANTIC_KEYS)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -150,6 +155,86 @@ def listed_deliveries(query: AnalyticsQuery, scope: Scope) -> QuerySet:
 
 
 # ---------------------------------------------------------------------------------------------
+# Statements compiled once per shape
+# ---------------------------------------------------------------------------------------------
+
+#: The summary, trend, verdict and reason statements, compiled once per shape and process
+#: (`plumbing.db.statements`): building them through the ORM — a dozen filtered aggregates
+#: resolved and rendered per call — took more CPU than running them on a month of data.
+#: The SQL is the ORM's, checked on first use; `plain=True` on the functions below skips it.
+STATEMENTS = StatementCache("analytics")
+
+#: Filters whose *value* changes a statement's text, not only its parameters (`semantic`
+#: picks the rollup columns summed, see `_rollup_terms`): part of the shape, never a slot.
+SHAPING_FILTERS = frozenset({"semantic"})
+
+_TIME_FIELD = Delivery._meta.get_field("created_at")
+_TEAM_FIELD = Delivery._meta.get_field("team")
+#: The rollup's copy of the team id is a plain bigint column, which the ORM passes to
+#: PostgreSQL typed as such (`Int8`), unlike a foreign key's value.
+_ROLLUP_TEAM_FIELD = DeliveryRatingCounts._meta.get_field("team_id")
+
+
+def _on_rollup(slots: dict[str, Slot]) -> dict[str, Slot]:
+    """`slots` for a statement over `DeliveryRatingCounts`: team ids adapted as its column."""
+    return {
+        name: Slot(_ROLLUP_TEAM_FIELD, slot.value) if name in ("teams", "d_team") else slot
+        for name, slot in slots.items()
+    }
+
+
+def _lookup_field(model, path: str):
+    """The model field at the end of a lookup path (`"bot__app_id"` → `Bot.app_id`)."""
+    *relations, name = path.split("__")
+    for relation in relations:
+        model = model._meta.get_field(relation).related_model
+    return model._meta.get_field(name)
+
+
+def _statement(
+    query: AnalyticsQuery, scope: Scope, extra: tuple = (), **times: datetime
+) -> tuple[Hashable, dict[str, Slot], Callable[[dict[str, Any]], tuple[AnalyticsQuery, Scope]]]:
+    """What `STATEMENTS` needs to run a statement built from `query` and `scope`:
+    `(shape, slots, rebuild)`. The shape names the filters present (and the values of
+    `SHAPING_FILTERS`), whether the scope is everything, and `extra`; the slots hold `times`
+    (name → datetime), every other filter value and the scope's team ids; `rebuild(values)`
+    makes the `(AnalyticsQuery, Scope)` those values stand for, with the datetimes under
+    their names in `values`, so a statement's builder reads everything from it."""
+    slots: dict[str, Slot] = {name: Slot(_TIME_FIELD, when) for name, when in times.items()}
+    for key, value in query.delivery_filters.items():
+        slots[f"d_{key}"] = Slot(_lookup_field(Delivery, DELIVERY_DIMENSIONS[key]), value)
+    shaping = tuple(sorted((k, v) for k, v in query.rating_filters.items() if k in SHAPING_FILTERS))
+    for key, value in query.rating_filters.items():
+        if key not in SHAPING_FILTERS:
+            slots[f"r_{key}"] = Slot(_lookup_field(LatestFeedback, RATING_DIMENSIONS[key]), value)
+    if scope.team_ids is not None:
+        slots["teams"] = Slot(_TEAM_FIELD, tuple(sorted(scope.team_ids)))
+    shape = (
+        tuple(sorted(query.delivery_filters)),
+        tuple(sorted(query.rating_filters)),
+        shaping,
+        scope.is_everything,
+        extra,
+    )
+    fixed = dict(shaping)
+
+    def rebuild(values: dict[str, Any]) -> tuple[AnalyticsQuery, Scope]:
+        rebuilt = dataclasses.replace(
+            query,
+            start=values.get("start", query.start),
+            end=values.get("end", query.end),
+            delivery_filters={k: values[f"d_{k}"] for k in query.delivery_filters},
+            rating_filters={
+                k: fixed[k] if k in fixed else values[f"r_{k}"] for k in query.rating_filters
+            },
+        )
+        teams = None if scope.team_ids is None else frozenset(values["teams"])
+        return rebuilt, Scope(team_ids=teams)
+
+    return shape, slots, rebuild
+
+
+# ---------------------------------------------------------------------------------------------
 # Summary
 # ---------------------------------------------------------------------------------------------
 
@@ -180,30 +265,44 @@ def _delta(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
+def summary(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict[str, Any]:
     """The KPI figures of the range and of the previous period of equal length.
 
     Returns `{"range": {from, to, tz}, "previous_range": {from, to}, "current": F,
-    "previous": F, "delta": D, "verdicts": [per key, see `verdicts`]}` where F = `{delivered, feedback_shown, ratings,
-    rated_deliveries, positive, progress, negative, coverage: rate, positive_rate: rate}` and D
-    holds current − previous (counts; rate values, None when either side is None).
-    Four queries: one over deliveries, one over latest ratings, each covering both periods, and
-    two for the per-key `verdicts` of the range (counts, then the labels' snapshots).
+    "previous": F, "delta": D, "verdicts": [per key, see `verdicts`]}` where F = `{delivered,
+    feedback_shown, ratings, rated_deliveries, positive, progress, negative, coverage: rate,
+    positive_rate: rate}` and D holds current − previous (counts; rate values, None when
+    either side is None).
+    Two queries: one joining the aggregate over deliveries and the one over latest ratings
+    (or their rollup), each covering both periods, and the per-key `verdicts` of the range
+    with the snapshots that label them. Their SQL is compiled once per shape (`STATEMENTS`);
+    `plain=True` builds it through the ORM (four queries: the aggregates one by one, the
+    snapshots after the verdict counts).
     """
     prev_start, _prev_end = query.previous
-    now = Q(created_at__gte=query.start)
-    before = Q(created_at__lt=query.start)
-    shown = Q(feedback_shown=True)
-    # Counting `created_at` (never null) instead of `id` keeps these index-only scans of the
-    # covering indexes (delivery_analytics_time / _team, rating_counts_time / _team_time).
-    d = delivered(query, scope, prev_start, query.end).aggregate(
-        delivered=Count("created_at", filter=now),
-        delivered_prev=Count("created_at", filter=before),
-        shown=Count("created_at", filter=now & shown),
-        shown_prev=Count("created_at", filter=before & shown),
+    shape, slots, rebuild = _statement(
+        query, scope, start=query.start, end=query.end, prev=prev_start
     )
-    if answerable_from_rollup(query):
-        terms = _rollup_terms(query)
+
+    def deliveries(values: dict[str, Any]) -> tuple[QuerySet, dict[str, Any]]:
+        q, sc = rebuild(values)
+        now = Q(created_at__gte=q.start)
+        before = Q(created_at__lt=q.start)
+        shown = Q(feedback_shown=True)
+        # Counting `created_at` (never null) instead of `id` keeps these index-only scans of
+        # the covering indexes (delivery_analytics_time / _team, rating_counts_time / _team_time).
+        return delivered(q, sc, values["prev"], q.end), {
+            "delivered": Count("created_at", filter=now),
+            "delivered_prev": Count("created_at", filter=before),
+            "shown": Count("created_at", filter=now & shown),
+            "shown_prev": Count("created_at", filter=before & shown),
+        }
+
+    def rollup(values: dict[str, Any]) -> tuple[QuerySet, dict[str, Any]]:
+        q, sc = rebuild(values)
+        now = Q(created_at__gte=q.start)
+        before = Q(created_at__lt=q.start)
+        terms = _rollup_terms(q)
         aggregates: dict[str, Any] = {}
         for suffix, when in (("", now), ("_prev", before)):
             aggregates[f"c_ratings{suffix}"] = Coalesce(Sum(terms["total"], filter=when), 0)
@@ -214,11 +313,12 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
                 aggregates[f"c_{s.value}{suffix}"] = Coalesce(
                     Sum(terms["per"][s.value], filter=when), 0
                 )
-        raw = rating_counts(query, scope, prev_start, query.end).aggregate(**aggregates)
-        r = {key.removeprefix("c_"): value for key, value in raw.items()}
-    else:
-        r_now = Q(delivery__created_at__gte=query.start)
-        r_before = Q(delivery__created_at__lt=query.start)
+        return rating_counts(q, sc, values["prev"], q.end), aggregates
+
+    def joined(values: dict[str, Any]) -> tuple[QuerySet, dict[str, Any]]:
+        q, sc = rebuild(values)
+        r_now = Q(delivery__created_at__gte=q.start)
+        r_before = Q(delivery__created_at__lt=q.start)
         aggregates = {
             "ratings": Count("id", filter=r_now),
             "ratings_prev": Count("id", filter=r_before),
@@ -228,7 +328,22 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
         for s in SEMANTICS:
             aggregates[s.value] = Count("id", filter=r_now & Q(semantic=s))
             aggregates[f"{s.value}_prev"] = Count("id", filter=r_before & Q(semantic=s))
-        r = latest_ratings(query, scope, prev_start, query.end).aggregate(**aggregates)
+        return latest_ratings(q, sc, values["prev"], q.end), aggregates
+
+    # Both aggregates in one statement (one round trip), each still the ORM's.
+    if answerable_from_rollup(query):
+        d, raw = STATEMENTS.aggregates(
+            (("summary.delivered", shape), slots, deliveries),
+            (("summary.rollup", shape), _on_rollup(slots), rollup),
+            plain=plain,
+        )
+        r = {key.removeprefix("c_"): value for key, value in raw.items()}
+    else:
+        d, r = STATEMENTS.aggregates(
+            (("summary.delivered", shape), slots, deliveries),
+            (("summary.ratings", shape), slots, joined),
+            plain=plain,
+        )
     current, previous = _figures(d, r, ""), _figures(d, r, "_prev")
     return {
         "range": range_dict(query),
@@ -236,7 +351,7 @@ def summary(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
         "current": current,
         "previous": previous,
         "delta": _delta(current, previous),
-        "verdicts": verdicts(query, scope),
+        "verdicts": verdicts(query, scope, plain=plain),
     }
 
 
@@ -249,43 +364,65 @@ def range_dict(query: AnalyticsQuery) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict[str, Any]:
+def trend(
+    query: AnalyticsQuery, scope: Scope, granularity: str = "day", *, plain: bool = False
+) -> dict[str, Any]:
     """Per local day or ISO week (Monday) of the report zone, by the delivery's send time.
 
     Returns `{"range", "granularity", "buckets": [{"date": local start date, "from", "to",
     "delivered", "ratings", "rated_deliveries", "positive", "progress", "negative"}]}` with
     every bucket of the range present (zeros when empty); the buckets add up to `summary`'s
-    current figures. Raises `ValueError` for a granularity other than day/week.
+    current figures. Raises `ValueError` for a granularity other than day/week. Two queries,
+    compiled once per shape (`STATEMENTS`); `plain=True` builds them through the ORM.
     """
     plan = periods.buckets(query.start, query.end, query.tz, granularity)
-    per_day: dict[date, dict[str, int]] = {}
+    # local day → [delivered, ratings, rated_deliveries, positive, progress, negative]
+    per_day: dict[date, list[int]] = {}
 
-    def slot(day: date) -> dict[str, int]:
-        return per_day.setdefault(
-            day,
-            {
-                "delivered": 0,
-                "ratings": 0,
-                "rated_deliveries": 0,
-                **{s.value: 0 for s in SEMANTICS},
-            },
+    def slot(day: date) -> list[int]:
+        counts = per_day.get(day)
+        if counts is None:
+            counts = per_day[day] = [0] * len(TREND_COUNTS)
+        return counts
+
+    seconds = _slot_seconds(query, plan)
+    times = {"start": query.start, "end": query.end}
+    if seconds is not None:
+        times["origin"] = plan[0].start
+    grouping = (seconds,) if seconds is not None else ("local", query.tz.key)
+    shape, slots, rebuild = _statement(query, scope, grouping, **times)
+
+    local_days: dict[Any, date] = {}
+
+    def local_day(value) -> date:
+        if seconds is None:
+            return value
+        day = local_days.get(value)
+        if day is None:
+            day = local_days[value] = value.astimezone(query.tz).date()
+        return day
+
+    def day_of(values: dict[str, Any], q: AnalyticsQuery):
+        if seconds is not None:
+            return lambda field: DateBin(seconds, field, values["origin"])
+        return lambda field: TruncDate(field, tzinfo=q.tz)
+
+    def deliveries(values: dict[str, Any]) -> QuerySet:
+        q, sc = rebuild(values)
+        return (
+            delivered(q, sc, q.start, q.end)
+            .annotate(day=day_of(values, q)("created_at"))
+            .values("day")
+            .annotate(n=Count("*"))
+            .order_by()
         )
 
-    day_of, local_day = _day_grouping(query, plan)
-    rows = (
-        delivered(query, scope, query.start, query.end)
-        .annotate(day=day_of("created_at"))
-        .values("day")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for row in rows:
-        slot(local_day(row["day"]))["delivered"] += row["n"]
-    if answerable_from_rollup(query):
-        terms = _rollup_terms(query)
-        rating_rows = (
-            rating_counts(query, scope, query.start, query.end)
-            .annotate(day=day_of("created_at"))
+    def rollup(values: dict[str, Any]) -> QuerySet:
+        q, sc = rebuild(values)
+        terms = _rollup_terms(q)
+        return (
+            rating_counts(q, sc, q.start, q.end)
+            .annotate(day=day_of(values, q)("created_at"))
             .values("day")
             .annotate(
                 n=Coalesce(Sum(terms["total"]), 0),
@@ -294,41 +431,57 @@ def trend(query: AnalyticsQuery, scope: Scope, granularity: str = "day") -> dict
             )
             .order_by()
         )
-        rating_rows = [
-            {key.removeprefix("c_"): value for key, value in row.items()} for row in rating_rows
-        ]
-    else:
+
+    def joined(values: dict[str, Any]) -> QuerySet:
+        q, sc = rebuild(values)
         # A delivery lies in exactly one group, so distinct counts per group add up.
-        rating_aggregates: dict[str, Any] = {
-            "n": Count("id"),
-            "rated": Count("delivery_id", distinct=True),
-            **{s.value: Count("id", filter=Q(semantic=s)) for s in SEMANTICS},
-        }
-        rating_rows = (
-            latest_ratings(query, scope, query.start, query.end)
-            .annotate(day=day_of("delivery__created_at"))
+        return (
+            latest_ratings(q, sc, q.start, q.end)
+            .annotate(day=day_of(values, q)("delivery__created_at"))
             .values("day")
-            .annotate(**rating_aggregates)
+            .annotate(
+                n=Count("id"),
+                rated=Count("delivery_id", distinct=True),
+                **{s.value: Count("id", filter=Q(semantic=s)) for s in SEMANTICS},
+            )
             .order_by()
         )
+
+    for row in STATEMENTS.values(("trend.delivered", shape), slots, deliveries, plain=plain):
+        slot(local_day(row["day"]))[0] += row["n"]
+    if answerable_from_rollup(query):
+        rating_rows = [
+            {key.removeprefix("c_"): value for key, value in row.items()}
+            for row in STATEMENTS.values(
+                ("trend.rollup", shape), _on_rollup(slots), rollup, plain=plain
+            )
+        ]
+    else:
+        rating_rows = STATEMENTS.values(("trend.ratings", shape), slots, joined, plain=plain)
     for row in rating_rows:
         counts = slot(local_day(row["day"]))
-        counts["ratings"] += row["n"]
-        counts["rated_deliveries"] += row["rated"]
-        for s in SEMANTICS:
-            counts[s.value] += row[s.value]
+        counts[1] += row["n"]
+        counts[2] += row["rated"]
+        counts[3] += row[SEMANTIC_KEYS[0]]
+        counts[4] += row[SEMANTIC_KEYS[1]]
+        counts[5] += row[SEMANTIC_KEYS[2]]
     out = []
+    width = range(len(TREND_COUNTS))
     for bucket in plan:
-        totals = {
-            "delivered": 0,
-            "ratings": 0,
-            "rated_deliveries": 0,
-            **{s.value: 0 for s in SEMANTICS},
-        }
+        totals = [0] * len(TREND_COUNTS)
         for day in bucket.days:
-            for key, value in per_day.get(day, {}).items():
-                totals[key] += value
-        out.append({"date": bucket.label, "from": bucket.start, "to": bucket.end, **totals})
+            counts = per_day.get(day)
+            if counts is not None:
+                for k in width:
+                    totals[k] += counts[k]
+        out.append(
+            {
+                "date": bucket.label,
+                "from": bucket.start,
+                "to": bucket.end,
+                **dict(zip(TREND_COUNTS, totals, strict=True)),
+            }
+        )
     return {"range": range_dict(query), "granularity": granularity, "buckets": out}
 
 
@@ -352,26 +505,24 @@ class DateBin(Func):
 SLOT_SECONDS = (86400, 3600, 900)
 
 
-def _day_grouping(query: AnalyticsQuery, plan: list[periods.Bucket]):
-    """How to group rows by local day: `(annotation factory, value → local date)`.
+def _slot_seconds(query: AnalyticsQuery, plan: list[periods.Bucket]) -> int | None:
+    """The width of the fixed UTC slots a trend groups rows by, or None to group by each
+    row's local date.
 
     Converting every row to local time in SQL is the slow part of a year-long trend, so on
     PostgreSQL rows are grouped by fixed slots counted from the first bucket's start when every
     bucket boundary and the range's end fall on slot boundaries — then each slot lies inside one
-    local day and is mapped to it here, exactly (Asia/Shanghai days are one-day slots; a range
-    across a DST change uses hours). Otherwise (a zone with an odd historical offset, SQLite)
-    each row's local date is computed by the database.
+    local day and is mapped to it in Python, exactly (Asia/Shanghai days are one-day slots; a
+    range across a DST change uses hours). Otherwise (a zone with an odd historical offset,
+    SQLite) each row's local date is computed by the database.
     """
     if connection.vendor == "postgresql" and plan:
         edges = [b.start for b in plan] + [query.end]
         origin = edges[0]
         for seconds in SLOT_SECONDS:
             if all(((edge - origin) // timedelta(seconds=1)) % seconds == 0 for edge in edges):
-                return (
-                    lambda field, seconds=seconds: DateBin(seconds, field, origin),
-                    lambda value: value.astimezone(query.tz).date(),
-                )
-    return (lambda field: TruncDate(field, tzinfo=query.tz), lambda value: value)
+                return seconds
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,24 +551,66 @@ def snapshot_labels(snapshot: Any) -> tuple[dict[str, str], dict[str, str]]:
     return verdicts, reasons
 
 
-def verdicts(query: AnalyticsQuery, scope: Scope) -> list[dict[str, Any]]:
+def _snapshots(ids: list[int], *, plain: bool = False) -> dict[int, Any]:
+    """Delivery id → its policy snapshot, for the deliveries `ids` (one query, none when
+    `ids` is empty; compiled once per number of distinct ids, `STATEMENTS`)."""
+    unique = tuple(sorted(set(ids)))
+    if not unique:
+        return {}
+
+    def rows(values: dict[str, Any]) -> QuerySet:
+        return Delivery.objects.filter(id__in=values["ids"]).values("id", "policy_snapshot")
+
+    slots = {"ids": Slot(Delivery._meta.pk, unique)}
+    return {
+        row["id"]: row["policy_snapshot"]
+        for row in STATEMENTS.values("snapshots", slots, rows, plain=plain)
+    }
+
+
+def _with_snapshots(shape, slots: dict[str, Slot], counts, *, plain: bool) -> list[dict]:
+    """The rows of the values-statement `counts` (grouped, each with the id of its `newest`
+    delivery), each with that delivery's `policy_snapshot`, which labels it: joined in the
+    same statement when it is kept (`StatementCache.values_joined`), else read in a second
+    query (`_snapshots`)."""
+    rows = STATEMENTS.values_joined(
+        shape,
+        slots,
+        counts,
+        key="newest",
+        model=Delivery,
+        fields=("policy_snapshot",),
+        plain=plain,
+    )
+    if rows is not None:
+        return rows
+    rows = STATEMENTS.values(shape, slots, counts, plain=plain)
+    snapshots = _snapshots([row["newest"] for row in rows], plain=plain)
+    return [{**row, "policy_snapshot": snapshots.get(row["newest"])} for row in rows]
+
+
+def verdicts(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> list[dict[str, Any]]:
     """Latest ratings of the range per (verdict key, semantic), most frequent first (ties by
     key): `[{"key", "label", "semantic", "count"}]`. A key's label comes from the policy
     snapshot of the newest delivery that carries it (configured or proposed by the agent for
     that answer), in the reader's language; the counts of one semantic add up to that
     semantic's total in `summary`, so figures grouped by semantic stay comparable whatever
-    options each answer offered."""
-    rows = list(
-        latest_ratings(query, scope, query.start, query.end)
-        .values("verdict_key", "semantic")
-        .annotate(n=Count("id"), newest=Max("delivery_id"))
-        .order_by()
-    )
-    snapshots = dict(
-        Delivery.objects.filter(id__in=[row["newest"] for row in rows]).values_list(
-            "id", "policy_snapshot"
+    options each answer offered. One query (the counts with the snapshots joined, see
+    `_with_snapshots`), compiled once per shape (`STATEMENTS`); `plain=True` builds the counts
+    through the ORM and reads the snapshots in a second query."""
+    shape, slots, rebuild = _statement(query, scope, start=query.start, end=query.end)
+
+    def counts(values: dict[str, Any]) -> QuerySet:
+        q, sc = rebuild(values)
+        return (
+            latest_ratings(q, sc, q.start, q.end)
+            .values("verdict_key", "semantic")
+            .annotate(n=Count("id"), newest=Max("delivery_id"))
+            .order_by()
         )
-    )
+
+    rows = _with_snapshots(("verdicts", shape), slots, counts, plain=plain)
+    snapshots = {row["newest"]: row["policy_snapshot"] for row in rows}
     items = [
         {
             "key": row["verdict_key"],
@@ -432,36 +625,44 @@ def verdicts(query: AnalyticsQuery, scope: Scope) -> list[dict[str, Any]]:
     return items
 
 
-def reasons(query: AnalyticsQuery, scope: Scope) -> dict[str, Any]:
+def reasons(query: AnalyticsQuery, scope: Scope, *, plain: bool = False) -> dict[str, Any]:
     """Negative latest ratings by reason key, most frequent first (ties by key).
 
     Returns `{"range", "negative_ratings", "without_reason", "reasons": [{"key", "label",
     "count", "share": rate(count, negative_ratings)}]}`. A reason's label comes from the policy
     snapshot of the newest delivery (highest id) that carries the key in the range, so a
     renamed label shows its latest wording and the series stays keyed by the stable key.
+    One query (the counts with the snapshots joined, see `_with_snapshots`), compiled once
+    per shape (`STATEMENTS`); `plain=True` builds the counts through the ORM and reads the
+    snapshots in a second query.
     """
-    if answerable_from_rollup(query):
-        negatives = LatestFeedback.objects.filter(
-            query.rating_q(),
-            delivery_id__in=rating_counts(query, scope, query.start, query.end)
-            .filter(negative__gt=0)
-            .values("delivery_id"),
+    shape, slots, rebuild = _statement(query, scope, start=query.start, end=query.end)
+    from_rollup = answerable_from_rollup(query)
+
+    def counts(values: dict[str, Any]) -> QuerySet:
+        q, sc = rebuild(values)
+        if from_rollup:
+            negatives = LatestFeedback.objects.filter(
+                q.rating_q(),
+                delivery_id__in=rating_counts(q, sc, q.start, q.end)
+                .filter(negative__gt=0)
+                .values("delivery_id"),
+            )
+        else:
+            negatives = latest_ratings(q, sc, q.start, q.end)
+        return (
+            negatives.filter(semantic=Semantic.NEGATIVE)
+            .values("reason_key")
+            .annotate(n=Count("id"), newest=Max("delivery_id"))
+            .order_by()
         )
-    else:
-        negatives = latest_ratings(query, scope, query.start, query.end)
-    rows = list(
-        negatives.filter(semantic=Semantic.NEGATIVE)
-        .values("reason_key")
-        .annotate(n=Count("id"), newest=Max("delivery_id"))
-        .order_by()
-    )
+
+    if from_rollup:
+        slots = _on_rollup(slots)
+    rows = _with_snapshots(("reasons", from_rollup, shape), slots, counts, plain=plain)
     total = sum(row["n"] for row in rows)
     keyed = [row for row in rows if row["reason_key"]]
-    snapshots = dict(
-        Delivery.objects.filter(id__in=[row["newest"] for row in keyed]).values_list(
-            "id", "policy_snapshot"
-        )
-    )
+    snapshots = {row["newest"]: row["policy_snapshot"] for row in keyed}
     items = []
     for row in keyed:
         label = snapshot_labels(snapshots.get(row["newest"]))[1].get(row["reason_key"])

@@ -9,7 +9,9 @@ Each endpoint is called through the whole Django stack (URL routing, DRF token
 authentication, scope lookup, filter validation, queries, serialization, JSON rendering) with
 the in-process test client, for a 30-day and a 365-day range ending at the newest seed delivery,
 as a superuser and as the manager of one seed team. The hand-written SQL computes the same
-figure with one statement typed by hand (see `HAND_SQL`), run through a raw cursor. Printed:
+figure with statements typed by hand (see `HAND_SQL`), run through a raw cursor, doing the
+work the endpoint returns: the summary's figures and its per-verdict counts with the snapshots
+that label them, the reasons with theirs, a drill-down page and its ratings. Printed:
 median milliseconds of `--runs` runs after two warm-up runs, the ratio endpoint ÷ SQL, and the
 target. Results are checked for equality with the SQL before timing, so a fast wrong answer
 fails loudly.
@@ -81,6 +83,17 @@ HAND_SQL = {
              FROM analytics_deliveryratingcounts c
             WHERE c.created_at >= %(prev)s AND c.created_at < %(end)s {scope_c}) AS rr
     """,
+    # The summary also returns the latest ratings of the range per (verdict key, semantic),
+    # labelled from the policy snapshot of the newest delivery carrying the key.
+    "summary_verdicts": """
+        SELECT v.verdict_key, v.semantic, v.n, s.policy_snapshot
+          FROM (SELECT lf.verdict_key, lf.semantic, count(*) AS n, max(lf.delivery_id) AS newest
+                  FROM feedback_latestfeedback lf
+                  JOIN feedback_delivery d ON d.id = lf.delivery_id
+                 WHERE d.created_at >= %(start)s AND d.created_at < %(end)s {scope_d}
+                 GROUP BY 1, 2) AS v
+          JOIN feedback_delivery s ON s.id = v.newest
+    """,
     "trend": """
         WITH dd AS (
           SELECT (d.created_at AT TIME ZONE %(tz)s)::date AS day, count(*) AS delivered
@@ -98,14 +111,18 @@ HAND_SQL = {
         SELECT dd.day, dd.delivered, rr.ratings, rr.rated, rr.positive, rr.progress, rr.negative
           FROM dd LEFT JOIN rr USING (day) ORDER BY 1
     """,
+    # With the policy snapshot of the newest delivery of each reason, which labels it.
     "reasons": """
-        SELECT lf.reason_key, count(*), max(lf.delivery_id)
-          FROM feedback_latestfeedback lf
-         WHERE lf.semantic = 'negative'
-           AND lf.delivery_id IN (
-               SELECT c.delivery_id FROM analytics_deliveryratingcounts c
-                WHERE c.created_at >= %(start)s AND c.created_at < %(end)s AND c.negative > 0 {scope_c})
-         GROUP BY lf.reason_key
+        SELECT r.reason_key, r.n, r.newest, s.policy_snapshot
+          FROM (SELECT lf.reason_key, count(*) AS n, max(lf.delivery_id) AS newest
+                  FROM feedback_latestfeedback lf
+                 WHERE lf.semantic = 'negative'
+                   AND lf.delivery_id IN (
+                       SELECT c.delivery_id FROM analytics_deliveryratingcounts c
+                        WHERE c.created_at >= %(start)s AND c.created_at < %(end)s
+                          AND c.negative > 0 {scope_c})
+                 GROUP BY lf.reason_key) AS r
+          LEFT JOIN feedback_delivery s ON s.id = r.newest AND r.reason_key <> ''
     """,
     "deliveries": """
         SELECT d.id, d.delivery_id, d.created_at, d.status, d.team_id, t.name, b.app_id, b.name,
@@ -142,13 +159,17 @@ def _median_ms(fn, runs: int) -> float:
 
 
 def _hand(name: str, params: dict, scoped: bool):
-    sql = HAND_SQL[name].format(
-        scope_d="AND d.team_id = ANY(%(teams)s)" if scoped else "",
-        scope_c="AND c.team_id = ANY(%(teams)s)" if scoped else "",
-    )
+    scopes = {
+        "scope_d": "AND d.team_id = ANY(%(teams)s)" if scoped else "",
+        "scope_c": "AND c.team_id = ANY(%(teams)s)" if scoped else "",
+    }
+    sql = HAND_SQL[name].format(**scopes)
     with connection.cursor() as cur:
         cur.execute(sql, params)
         rows = cur.fetchall()
+        if name == "summary":  # the endpoint also counts the latest ratings per verdict
+            cur.execute(HAND_SQL["summary_verdicts"].format(**scopes), params)
+            rows = (rows, cur.fetchall())
         if name == "deliveries":  # the endpoint also reads the page's ratings
             ids = [r[0] for r in rows[:50]]
             cur.execute(
@@ -164,6 +185,10 @@ def _hand(name: str, params: dict, scoped: bool):
 def _check(name: str, body: dict, rows) -> None:
     """The endpoint and the hand-written SQL must agree before their speed is compared."""
     if name == "summary":
+        rows, verdict_rows = rows
+        expected = sorted((key, semantic, n) for key, semantic, n, _snapshot in verdict_rows)
+        got = sorted((v["key"], v["semantic"], v["count"]) for v in body["verdicts"])
+        assert got == expected, (got, expected)
         d, r = list(rows[0][:4]), list(rows[0][4:])
         cur, prev = body["current"], body["previous"]
         got = [cur["delivered"], prev["delivered"], cur["feedback_shown"], prev["feedback_shown"]]
@@ -182,6 +207,7 @@ def _check(name: str, body: dict, rows) -> None:
     elif name == "reasons":
         expected = {row[0]: row[1] for row in rows if row[0]}
         assert {r["key"]: r["count"] for r in body["reasons"]} == expected
+        assert body["negative_ratings"] == sum(row[1] for row in rows)
     elif name == "deliveries":
         assert [r["delivery_id"] for r in body["results"]] == [row[1] for row in rows[:50]]
 

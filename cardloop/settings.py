@@ -349,6 +349,9 @@ CARDLOOP_BOT_CACHE_SECONDS = env.float("CARDLOOP_BOT_CACHE_SECONDS", default=1.0
 #: takes effect at once in the process that made the change and within this many seconds in
 #: the others. 0 turns the cache off.
 CARDLOOP_ACCESS_CACHE_SECONDS = env.float("CARDLOOP_ACCESS_CACHE_SECONDS", default=1.0)
+#: Analytics statements compiled to SQL once per shape and process (`plumbing.db.statements`);
+#: false builds every statement through the ORM on every request.
+CARDLOOP_STATEMENT_CACHE = env.bool("CARDLOOP_STATEMENT_CACHE", default=True)
 #: Threads per web process that run Feishu card callbacks (decrypt, dedupe, handler). Their
 #: work is database-bound: a few per process keep one core busy; raise it for a database with
 #: slow round trips. Requests beyond it wait in line (the budget still answers them in time).

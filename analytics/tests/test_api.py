@@ -468,3 +468,24 @@ def test_filter_sets_share_their_filters_yet_validate_each_request_on_its_own():
     assert good.query.delivery_filters == {"model": "gpt-x"}
     assert bad.error_code_and_detail()[0] == "invalid_filter"
     assert "team" in bad.error_code_and_detail()[1]
+
+
+def test_filter_forms_sharing_their_fields_validate_each_request_on_its_own(db):
+    """The filter form's instances share the class's fields (no deep copy per request): an
+    invalid request must not leave anything behind that changes the next one's answer."""
+    from analytics.filters import AnalyticsFilterSet
+    from feedback.models import Delivery
+
+    def parse(params):
+        fs = AnalyticsFilterSet(data=params, queryset=Delivery.objects.none())
+        return fs.is_valid(), fs
+
+    ok, bad = parse({**RANGE, "team": "0", "channel": "fax", "verdict": "Not A Key"})
+    assert not ok
+    assert set(bad.error_code_and_detail()[1]) == {"team", "channel", "verdict"}
+    ok, good = parse({**RANGE, "team": "7", "channel": "slack", "verdict": "wrong"})
+    assert ok
+    assert good.query.delivery_filters == {"team": 7, "channel": "slack"}
+    assert good.query.rating_filters == {"verdict": "wrong"}
+    assert good.form.fields is not bad.form.fields
+    assert good.form.fields["team"] is bad.form.fields["team"]

@@ -201,10 +201,10 @@ def test_postgresql_groups_aligned_ranges_by_utc_slots_and_others_per_row(db):
             periods.parse_boundary(start, zone), periods.parse_boundary("2025-03-10", zone), zone
         )
         plan = periods.buckets(q.start, q.end, zone, "day")
-        return type(queries._day_grouping(q, plan)[0]("created_at")).__name__, plan
+        return queries._slot_seconds(q, plan), plan
 
-    assert grouping("2025-03-01", "Asia/Shanghai")[0] == "DateBin"
-    assert grouping("2025-03-01", "Asia/Kolkata")[0] == "DateBin"
-    assert grouping("2025-03-01", "America/New_York")[0] == "DateBin"  # hours across DST
-    assert grouping("2025-03-01T10:15:00", "Asia/Shanghai")[0] == "DateBin"  # clipped first day
-    assert grouping("2025-03-01T10:07:13", "Asia/Shanghai")[0] == "TruncDate"
+    assert grouping("2025-03-01", "Asia/Shanghai")[0] == 86400
+    assert grouping("2025-03-01", "Asia/Kolkata")[0] == 86400
+    assert grouping("2025-03-01", "America/New_York")[0] == 3600  # hours across DST
+    assert grouping("2025-03-01T10:15:00", "Asia/Shanghai")[0] == 900  # clipped first day
+    assert grouping("2025-03-01T10:07:13", "Asia/Shanghai")[0] is None  # per row
