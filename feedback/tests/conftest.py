@@ -262,6 +262,16 @@ def feedback_api(lark_bot, lark_stub, make_api_key):
 
 
 @pytest.fixture
+def delivery(feedback_api):
+    """A final answer with feedback buttons sent through the deliveries API (a Delivery)."""
+    from feedback.models import Delivery
+
+    response = feedback_api.deliver()
+    assert response.status_code == 201, response.json()
+    return Delivery.objects.get(delivery_id=response.json()["delivery_id"])
+
+
+@pytest.fixture
 def click(lark_callback):
     """`click(delivery, key, rev="", operator="ou_requester", **paths)` → (status, answer):
     a signed, encrypted verdict click on `delivery` (a Delivery) through the ingress.

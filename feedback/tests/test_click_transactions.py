@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from feedback.models import Delivery, Revision
+from feedback.models import Revision
 from interactions.models import InboundEvent
 from tests.transactions import counted_transactions
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def delivery(feedback_api):
-    response = feedback_api.deliver()
-    assert response.status_code == 201, response.json()
-    return Delivery.objects.get(delivery_id=response.json()["delivery_id"])
 
 
 def test_a_verdict_click_is_two_write_transactions_and_its_answer_commits_with_the_revision(
@@ -29,5 +22,4 @@ def test_a_verdict_click_is_two_write_transactions_and_its_answer_commits_with_t
     assert Revision.objects.count() == 1
     claim = InboundEvent.objects.get(event_type="card.action.trigger")
     assert claim.status == InboundEvent.Status.ANSWERED
-    print(seen.statements)
     assert seen.total == 2, seen.statements

@@ -33,13 +33,6 @@ from tests import feishu
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def delivery(feedback_api):
-    response = feedback_api.deliver()
-    assert response.status_code == 201, response.json()
-    return Delivery.objects.get(delivery_id=response.json()["delivery_id"])
-
-
 def stub_area(feedback_api, delivery) -> dict:
     """The feedback area as the stub's card entity now holds it (element_id → element)."""
     card = feedback_api.stub.cards[delivery.card_id].card

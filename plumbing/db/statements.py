@@ -159,25 +159,30 @@ def _compile_aggregate(qs: QuerySet, aggregates: dict[str, Any]) -> _Compiled | 
     compiler = query.captured
     if compiler is None:  # the ORM chose a subquery (or nothing): not cacheable
         return None
+    compiled = _sql_of(compiler)
+    if compiled is None:
+        return None
+    cols = compiler.query.annotation_select
+    return _Compiled(*compiled, tuple(cols), compiler.get_converters(cols.values()))
+
+
+def _sql_of(compiler) -> tuple[str, tuple[Any, ...]] | None:
+    """`(sql, params)` of `compiler`, or None when the ORM found the result empty without SQL
+    (`EmptyResultSet`) or built none."""
     try:
         sql, params = compiler.as_sql()
     except EmptyResultSet:
         return None
-    if not sql:
-        return None
-    cols = compiler.query.annotation_select
-    return _Compiled(sql, tuple(params), tuple(cols), compiler.get_converters(cols.values()))
+    return (sql, tuple(params)) if sql else None
 
 
 def _compile_values(qs: QuerySet) -> _Compiled | None:
     query = qs.query
     compiler = query.get_compiler(qs.db)
-    try:
-        sql, params = compiler.as_sql()
-    except EmptyResultSet:
+    compiled = _sql_of(compiler)
+    if compiled is None:
         return None
-    if not sql:
-        return None
+    sql, params = compiled
     if query.selected:
         names = tuple(query.selected)
     else:
