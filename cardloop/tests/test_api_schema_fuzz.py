@@ -114,7 +114,8 @@ def _meet_rules_stated_in_words(case) -> None:
       characters) to an integer chat id, for a bot with a Telegram bot (the fuzzed bot has
       one), with the requester's digits, and carries no card, blocks or registration;
     - `POST /api/v1/interactions`: action ids, action values and form field names are unique,
-      and labels are not only whitespace;
+      labels are not only whitespace, and on Slack or Telegram the requester and the allowed
+      people are named by their id there (a Slack user id, a Telegram user's number);
     - `POST …/asks`: option labels are unique within a question, and a requester is named
       (or known from the session's progress card).
     """
@@ -180,6 +181,17 @@ def _meet_rules_stated_in_words(case) -> None:
             ):
                 options["reasons"] = []
     elif path == "/api/v1/interactions" and method == "POST" and isinstance(body, dict):
+        from interactions import kinds
+
+        channel = kinds.normalize(body.get("channel")) if body.get("channel") else None
+        if channel is not None:  # the schema's names; the server also takes any case
+            body["channel"] = channel
+        # people are named by their id on the interaction's channel
+        person = {kinds.SLACK: "U0FUZZUSER", kinds.TELEGRAM: "4242"}.get(channel, "ou_fuzz")
+        if body.get("requester_open_id"):
+            body["requester_open_id"] = person
+        if body.get("allowed_open_ids"):
+            body["allowed_open_ids"] = [person]
         for i, action in enumerate(body.get("actions") or []):
             action["id"] = f"a{i}_{action['id']}"[:32]
             if "value" in action:
