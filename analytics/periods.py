@@ -26,9 +26,17 @@ class UnknownZone(ValueError):
     """The name is not an IANA time zone known to this machine."""
 
 
+#: Names the system's zone database lists that are not zones a reader means: `localtime` is
+#: whatever zone the server's machine is set to, `Factory` a placeholder without a place.
+NOT_ZONES = frozenset({"localtime", "Factory", "posixrules"})
+
+
 @lru_cache(maxsize=1)
 def known_zones() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones()) | {"UTC"}
+    """The IANA zone names a `tz` parameter may take (`zoneinfo.available_timezones()`, plus
+    `UTC`, without `NOT_ZONES`). Read once per process: listing them walks the zone database's
+    directory tree, a few milliseconds on every request otherwise."""
+    return (frozenset(zoneinfo.available_timezones()) | {"UTC"}) - NOT_ZONES
 
 
 def resolve_zone(name: str) -> zoneinfo.ZoneInfo:

@@ -63,11 +63,15 @@ class TeamMembershipQuerySet(models.QuerySet):
         """The ids of the teams user `user_id` is a member of (empty when none): from the
         process's short-lived cache (`botadmin.accesscache`: a membership added or removed
         takes effect at once in this process and within `CARDLOOP_ACCESS_CACHE_SECONDS`,
-        1 s, in the others), else one query. Raises the database's errors."""
-        return accesscache.TEAM_IDS.get(
+        1 s, in the others), else one query. A user in no team is not cached, so a first team
+        granted takes effect at once in every process (a refused request costs the query).
+        Raises the database's errors."""
+        ids = accesscache.TEAM_IDS.get(
             user_id,
-            lambda: frozenset(self.filter(user_id=user_id).values_list("team_id", flat=True)),
+            lambda: frozenset(self.filter(user_id=user_id).values_list("team_id", flat=True))
+            or None,
         )
+        return ids or frozenset()
 
 
 class TeamMembership(models.Model):

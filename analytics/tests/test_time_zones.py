@@ -148,6 +148,15 @@ def test_zone_names_that_look_like_offsets_bucket_correctly(make_delivery, api, 
     assert {d: b["delivered"] for d, b in days.items()} == {"2025-03-01": 1, "2025-03-02": 1}
 
 
+@pytest.mark.parametrize("name", ["localtime", "Factory", "posixrules"])
+def test_names_in_the_zone_database_that_are_not_places_are_400(api, superuser, name):
+    """`localtime` would be whatever zone the server's machine is set to."""
+    response = api(superuser).get(
+        "/api/v1/analytics/trend", {"from": "2025-03-01", "to": "2025-03-02", "tz": name}
+    )
+    assert response.status_code == 400 and response.json()["error"] == "unknown_tz"
+
+
 def test_unknown_tz_is_400_naming_tz(api, superuser):
     response = api(superuser).get(
         "/api/v1/analytics/trend", {"from": "2025-03-01", "to": "2025-03-02", "tz": "Mars/Base"}
