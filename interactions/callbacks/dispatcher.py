@@ -63,7 +63,7 @@ from interactions.callbacks import inbound, registry
 from interactions.cardqueue import service as cards
 from interactions.lark.cardjson import validate_card
 from plumbing import metrics
-from plumbing.db import transient
+from plumbing.db import threads, transient
 from plumbing.db.sqlite3.base import keep_connections_in_this_thread
 from plumbing.parsers import contains_unstorable
 
@@ -260,18 +260,10 @@ def run_isolated(fn, *args):
         finish_connections()
 
 
-def finish_connections() -> None:
-    """A pool thread is done with its database connections for now. Each one is closed — on
-    PostgreSQL given back to the process's connection pool (`DATABASE_POOL_*`; a handler
-    thread must not keep one, or the handler threads could hold more than the pool has) —
-    except a SQLite connection of a `POOL` thread (`CONN_MAX_AGE` None there), which the
-    backend keeps for the thread's next callback unless it saw a database error or was left
-    in a transaction (`plumbing.db.sqlite3.base.keep_connections_in_this_thread`)."""
-    for connection in connections.all(initialized_only=True):
-        if connection.close_at is None:
-            connection.close_if_unusable_or_obsolete()
-        else:
-            connection.close()
+#: A `POOL` thread is done with its database connections for now (`plumbing.db.threads`: a
+#: SQLite connection is kept for the thread's next callback, a PostgreSQL one goes back to the
+#: pool).
+finish_connections = threads.finish_connections
 
 
 def _release_caller_connection() -> None:

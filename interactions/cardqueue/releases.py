@@ -23,9 +23,8 @@ import logging
 import threading
 from collections.abc import Iterable
 
-from django.db import connections
-
 from interactions.models import CardUpdate
+from plumbing.db import threads
 from plumbing.db.sqlite3.base import keep_connections_in_this_thread
 
 log = logging.getLogger(__name__)
@@ -93,11 +92,7 @@ class Releases:
                 type(exc).__name__,
             )
         finally:
-            for connection in connections.all(initialized_only=True):
-                if connection.close_at is None:  # a kept SQLite connection: only if broken
-                    connection.close_if_unusable_or_obsolete()
-                else:  # PostgreSQL: back to the pool between batches
-                    connection.close()
+            threads.finish_connections()  # SQLite: kept unless broken; PostgreSQL: to the pool
 
 
 #: The process's releases.
