@@ -24,8 +24,10 @@ What is measured:
   HTTP/1.1 connection, sending its next prepared request when the previous one was answered
   (about 0.2 ms of CPU per request; `--client httpx`, one `httpx.AsyncClient`, takes ~2.5 ms,
   which on a 2-core machine is CPU the server does not get); latency is per request (send →
-  full answer), throughput is answered requests / wall time of the level. Payloads are sealed before the
-  clock starts. Each level is bounded by `--requests` and `--max-seconds`; before the first,
+  full answer), throughput is answered requests / wall time of the level. The server's CPU
+  per request (user + system of every Daphne thread, from /proc, ÷ answered requests) is
+  printed beside it: the machine's other load moves it far less than throughput. Payloads
+  are sealed before the clock starts. Each level is bounded by `--requests` and `--max-seconds`; before the first,
   100 clicks and 100 `/healthz` at the highest concurrency warm every process up (threads,
   pooled connections). `--json` adds p90 / p95 / max. `--outside-load N` runs N busy-looping
   processes beside the server during the measurement (the machine's other work, reproducibly).
@@ -222,6 +224,14 @@ async def run_level(
     }
 
 
+def _cpu_per_request(before: float | None, after: float | None, requests: int) -> float | None:
+    """Server CPU milliseconds per answered request between two `WebProcesses.cpu_seconds`
+    readings (None without /proc or without requests)."""
+    if before is None or after is None or not requests:
+        return None
+    return round((after - before) * 1000 / requests, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="per level and kind")
@@ -364,12 +374,20 @@ def main() -> None:
         results = []
         for level in args.levels:
             clicks = [click_request(*targets.pop()) for _ in range(args.requests)]
+            cpu_before = servers.cpu_seconds()
             click_result = asyncio.run(
                 run_level(base, clicks, level, args.max_seconds, args.client)
             )
+            click_result["server_cpu_ms"] = _cpu_per_request(
+                cpu_before, servers.cpu_seconds(), click_result["requests"]
+            )
             health = [health_request() for _ in range(args.requests)]
+            cpu_before = servers.cpu_seconds()
             health_result = asyncio.run(
                 run_level(base, health, level, args.max_seconds, args.client)
+            )
+            health_result["server_cpu_ms"] = _cpu_per_request(
+                cpu_before, servers.cpu_seconds(), health_result["requests"]
             )
             ratio = (
                 click_result["req_per_s"] / health_result["req_per_s"]
@@ -415,13 +433,17 @@ def main() -> None:
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print()
-    print("conc | clicks p50 / p99 ms  req/s | healthz p50 / p99 ms  req/s | ratio | failures")
+    print(
+        "conc | clicks p50 / p99 ms  req/s | healthz p50 / p99 ms  req/s | ratio | failures"
+        " | server CPU ms per click / healthz"
+    )
     for r in results:
         c, h = r["clicks"], r["healthz"]
         print(
             f"{c['concurrency']:>4} | {c['p50_ms']:>7} / {c['p99_ms']:>7} {c['req_per_s']:>6} |"
             f" {h['p50_ms']:>7} / {h['p99_ms']:>7} {h['req_per_s']:>6} |"
             f" {r['throughput_ratio']:>5} | {c['failures']}+{h['failures']}"
+            f" | {c['server_cpu_ms']} / {h['server_cpu_ms']}"
         )
         for failure in (c["first_failure"], h["first_failure"]):
             if failure:
