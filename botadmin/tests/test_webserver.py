@@ -62,3 +62,41 @@ def test_everything_loading_the_application_created_is_frozen_before_serving():
     before, frozen = map(int, done.stdout.split()[-2:])
     assert before == 0
     assert frozen > 100_000  # Django, DRF, Channels and lark-oapi, all loaded
+
+
+def test_a_post_body_reaches_the_application_unparsed_by_twisted(tmp_path):
+    """Twisted parses multipart and URL-encoded POST bodies into `request.args` unless told not
+    to (and answers a bare 400 itself when that parse fails); Daphne never reads them, so the
+    web server turns it off: a body that is not valid multipart still reaches Django, which
+    answers with its own JSON error."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    log_path = tmp_path / "web.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cardloop.webserver", "--fd", str(sock.fileno())]
+            + ["cardloop.asgi:application"],
+            env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1"),
+            pass_fds=[sock.fileno()],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        sock.close()
+        try:
+            wait_until_serving(f"http://127.0.0.1:{port}/healthz", process, log_path)
+            import httpx
+
+            answer = httpx.post(
+                f"http://127.0.0.1:{port}/lark/cli_unknown_app/callback",
+                content=b"--b\r\nnot a part",
+                headers={"Content-Type": "multipart/form-data"},  # no boundary: not multipart
+                trust_env=False,
+                timeout=30,
+            )
+        finally:
+            process.terminate()
+            process.wait(10)
+    assert answer.headers["content-type"].startswith("application/json"), answer.text
+    assert answer.json()["error"]
