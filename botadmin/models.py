@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin import accesscache
 from botadmin.callbackcache import CALLBACK_BOTS
-from plumbing.db.rows import quoted_table
+from plumbing.db.rows import quoted_table, select_one
 from plumbing.secretstore import read_secret
 
 
@@ -68,8 +68,9 @@ class TeamMembershipQuerySet(models.QuerySet):
         Raises the database's errors."""
         ids = accesscache.TEAM_IDS.get(
             user_id,
-            lambda: frozenset(self.filter(user_id=user_id).values_list("team_id", flat=True))
-            or None,
+            lambda: (
+                frozenset(self.filter(user_id=user_id).values_list("team_id", flat=True)) or None
+            ),
         )
         return ids or frozenset()
 
@@ -180,7 +181,7 @@ class BotQuerySet(models.QuerySet):
 
         Hand-written: every callback makes this lookup, and building
         `Bot.objects.filter(app_id=app_id).first()` cost more CPU than running the statement
-        (a unique column, one row); `raw()` still returns a model instance. Raises the
+        (a unique column, one row); `select_one` still returns a model instance. Raises the
         database's errors (nothing is cached then).
         """
         return CALLBACK_BOTS.get(app_id, self._row_for_callback, Bot.read_secrets)
@@ -188,7 +189,7 @@ class BotQuerySet(models.QuerySet):
     def _row_for_callback(self, app_id: str) -> Bot | None:
         table = quoted_table(Bot)
         sql = f"SELECT * FROM {table} WHERE app_id = %s LIMIT 1"  # noqa: S608 - our own table
-        return next(iter(self.raw(sql, [app_id])), None)
+        return select_one(Bot, sql, [app_id])
 
 
 class Bot(WriteOnlySecrets, models.Model):

@@ -26,7 +26,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, HashedToken, HashedTokenQuerySet
 from interactions.panel_timing import presence_ttl
-from plumbing.db.rows import insert_row, quoted_table
+from plumbing.db.rows import insert_row, quoted_table, select_one
 from plumbing.workqueue import WorkItem, WorkStatus
 
 
@@ -248,7 +248,8 @@ class CardEntityQuerySet(models.QuerySet):
         one writer at a time): every card update enqueued makes it, and building it with the
         ORM (`select_for_update(of=…)` plus a `Subquery` annotation) cost about 0.9 ms of CPU
         per click, the statement itself a tenth of that; finding the entity and its pending
-        update in one statement took a click from 14 to 12 statements (bench/README.md)."""
+        update in one statement took a click from 14 to 12 statements (bench/README.md). Read by
+        `select_one` (the columns' converters worked out once, not on every call as `raw()`)."""
         if isinstance(card, CardEntity):
             where, params = "e.id = %s", [card.pk]
         else:
@@ -263,7 +264,7 @@ class CardEntityQuerySet(models.QuerySet):
             "WHERE u.card_id = e.id AND u.status = %s LIMIT 1) AS pending_pk "
             f"FROM {quoted_table(CardEntity)} e WHERE {where} LIMIT 1{lock}"
         )
-        return next(iter(self.raw(sql, [WorkStatus.PENDING, *params])), None)
+        return select_one(CardEntity, sql, [WorkStatus.PENDING, *params])
 
 
 class CardEntity(models.Model):

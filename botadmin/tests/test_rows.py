@@ -1,5 +1,6 @@
-"""`plumbing.db.rows.insert_row` writes exactly the row `Model.save()` writes (SQLite and
-PostgreSQL): defaults, `auto_now`, JSON, datetimes, foreign keys and unique constraints."""
+"""`plumbing.db.rows.insert_row` writes exactly the row `Model.save()` writes, and `select_one`
+reads exactly the instance `raw()` reads (SQLite and PostgreSQL): defaults, `auto_now`, JSON,
+datetimes, booleans, foreign keys, unique constraints and extra columns."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from interactions.cardqueue import service as cards
 from interactions.models import CardUpdate, InboundEvent
-from plumbing.db.rows import insert_row
+from plumbing.db.rows import insert_row, quoted_table, select_one
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +66,61 @@ def test_an_instance_with_its_primary_key_set_is_saved_by_the_orm(make_bot):
         InboundEvent(pk=987654, bot=bot, event_id="evt_rows_2", received_at=timezone.now())
     )
     assert InboundEvent.objects.get(pk=987654).event_id == row.event_id == "evt_rows_2"
+
+
+def _fields(obj):
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+
+def test_select_one_reads_the_instance_raw_reads_with_extra_columns_as_attributes(make_bot):
+    bot = make_bot()
+    card = cards.register_card(bot, card_id="7355111111111111119")
+    CardUpdate.objects.create(
+        card=card,
+        elements={"fb_prompt": {"tag": "markdown", "content": "选择 ✓"}},
+        next_attempt_at=timezone.now(),
+    )
+    table, updates = quoted_table(type(card)), quoted_table(CardUpdate)
+    # the extra column first and the entity's columns in the table's order: both must land
+    sql = (
+        f"SELECT (SELECT u.id FROM {updates} u WHERE u.card_id = e.id) AS pending_pk, e.* "  # noqa: S608
+        f"FROM {table} e WHERE e.id = %s"
+    )
+    fast = select_one(type(card), sql, [card.pk])
+    orm = next(iter(type(card).objects.raw(sql, [card.pk])))
+    assert _fields(fast) == _fields(orm) == _fields(type(card).objects.get(pk=card.pk))
+    assert fast.pending_pk == orm.pending_pk == CardUpdate.objects.get().pk
+    assert not fast._state.adding and fast._state.db == "default"
+    again = select_one(type(card), sql, [card.pk])  # the worked-out reader is reused
+    assert _fields(again) == _fields(fast)
+
+
+def test_select_one_converts_json_datetimes_and_booleans_like_the_orm(make_bot):
+    bot = make_bot()
+    type(bot).objects.filter(pk=bot.pk).update(api_only=True)
+    table = quoted_table(type(bot))
+    read = select_one(type(bot), f"SELECT * FROM {table} WHERE id = %s", [bot.pk])  # noqa: S608
+    assert read.api_only is True  # SQLite stores 1
+    assert _fields(read) == _fields(type(bot).objects.get(pk=bot.pk))
+    card = cards.register_card(bot, card_id="7355111111111111118")
+    update = CardUpdate.objects.create(
+        card=card,
+        card_json={"schema": "2.0", "body": {"elements": []}},
+        elements={"a": {"tag": "hr"}},
+        next_attempt_at=timezone.now() + timedelta(seconds=5),
+    )
+    fast = select_one(
+        CardUpdate, f"SELECT * FROM {quoted_table(CardUpdate)} WHERE id = %s", [update.pk]
+    )  # noqa: S608
+    assert _fields(fast) == _fields(CardUpdate.objects.get(pk=update.pk))
+    assert fast.card_json == {"schema": "2.0", "body": {"elements": []}}
+    assert fast.next_attempt_at.tzinfo is not None
+
+
+def test_select_one_without_a_row_is_none_and_without_the_primary_key_refuses(make_bot):
+    bot = make_bot()
+    table = quoted_table(InboundEvent)
+    assert select_one(InboundEvent, f"SELECT * FROM {table} WHERE id = %s", [-1]) is None  # noqa: S608
+    insert_row(InboundEvent(bot=bot, event_id="evt_rows_3", received_at=timezone.now()))
+    with pytest.raises(ValueError, match="primary key"):
+        select_one(InboundEvent, f"SELECT event_id FROM {table}", [])  # noqa: S608

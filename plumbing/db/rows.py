@@ -1,4 +1,6 @@
-"""`insert_row`: one model instance inserted as `Model.save(force_insert=True)` inserts it, minus
+"""`insert_row` and `select_one`, for the rows every feedback click writes and reads.
+
+`insert_row`: one model instance inserted as `Model.save(force_insert=True)` inserts it, minus
 the ORM's query building — for the rows every feedback click writes (revision, latest
 feedback, event, card update), where building the INSERT cost more CPU than PostgreSQL spent
 running it (about 0.55 ms a click for the four rows, measured interleaved in one process;
@@ -9,14 +11,25 @@ Same values as the ORM: each concrete field's `pre_save(obj, add=True)` (`auto_n
 same columns, `RETURNING` the primary key (PostgreSQL; SQLite ≥ 3.35). Not the same: no
 `pre_save` / `post_save` signals (Cardloop connects none to these models) and no
 `full_clean`, exactly like `QuerySet.bulk_create`.
+
+`select_one`: the first row of a hand-written `SELECT` as a model instance, like
+`next(iter(Model.objects.raw(sql, params)), None)` — same values (every column through the
+converters the ORM applies: SQLite datetimes, JSON, booleans; `Model.from_db`), extra columns
+set as attributes — with what `RawQuerySet` works out on every call (which column is which
+field, the converters of each) worked out once per model and column list.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import connection
 from django.db.models import Model
 
 _SQL: dict[type, tuple[str, list]] = {}
+#: (model, vendor, column names) → (attnames, (row index, converters) per field, extra columns)
+_READERS: dict[tuple, tuple] = {}
 
 
 def quoted_table(model: type[Model]) -> str:
@@ -74,4 +87,54 @@ def insert_row(obj: Model) -> Model:
     obj.pk = pk
     obj._state.adding = False
     obj._state.db = connection.alias
+    return obj
+
+
+def _reader(model: type[Model], columns: tuple[str, ...]):
+    key = (model, connection.vendor, columns)
+    reader = _READERS.get(key)
+    if reader is None:
+        index_of = {column: index for index, column in enumerate(columns)}
+        plan: list[tuple[int, list[tuple[Callable, Any]]]] = []
+        names: list[str] = []
+        for field in model._meta.concrete_fields:  # Model.from_db takes values in this order
+            index = index_of.get(field.column)
+            if index is None:
+                continue
+            col = field.get_col(model._meta.db_table)
+            # what `SQLCompiler.get_converters` applies to a selected column
+            found = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+            plan.append((index, [(converter, col) for converter in found]))
+            names.append(field.attname)
+        if model._meta.pk.attname not in names:
+            raise ValueError(f"the SELECT must return the primary key of {model.__name__}")
+        known = {f.column for f in model._meta.concrete_fields}
+        extra = [(index, column) for index, column in enumerate(columns) if column not in known]
+        reader = _READERS[key] = (names, plan, extra)
+    return reader
+
+
+def select_one(model: type[Model], sql: str, params: Sequence[Any]) -> Model | None:
+    """The first row of `sql` (a SELECT of `model`'s columns, `*` or named, in the caller's
+    transaction) as a `model` instance loaded from the database (`Model.from_db`), or None
+    when there is no row. A column that is not one of the model's concrete fields (an
+    annotation such as a subquery `AS pending_pk`) is set as an attribute of that name.
+    Raises ValueError when the primary key column is missing, the database's errors as
+    they come."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        columns = tuple(d[0] for d in cursor.description)
+    names, plan, extra = _reader(model, columns)
+    values = []
+    for index, chain in plan:
+        value = row[index]
+        for converter, col in chain:
+            value = converter(value, col, connection)
+        values.append(value)
+    obj = model.from_db(connection.alias, names, values)
+    for index, column in extra:
+        setattr(obj, column, row[index])
     return obj
