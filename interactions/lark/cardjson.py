@@ -303,28 +303,40 @@ def merge_locales(renders: dict[str, Any], default: str) -> Any:
     Feishu shows each reader the text of their client's language and `content` elsewhere.
     Parts whose shape differs between languages are left in the default language. Pure.
     """
-    base = copy.deepcopy(renders[default])
-    _merge(base, dict(renders))
-    return base
+    return _merged(renders[default], dict(renders))
 
 
-def _merge(node: Any, variants: dict[str, Any]) -> None:
+def _merged(node: Any, variants: dict[str, Any]) -> Any:
+    """A new tree: `node` (the default language's) with the multilingual fields added. Built
+    node by node rather than `copy.deepcopy` and then changed in place (a deep copy's memo
+    made it most of the merge's cost, on every click that repaints a card); only parts whose
+    shape differs between languages are deep-copied as they are."""
     if isinstance(node, list):
         if all(isinstance(v, list) and len(v) == len(node) for v in variants.values()):
-            for index, child in enumerate(node):
-                _merge(child, {loc: v[index] for loc, v in variants.items()})
-        return
-    if not isinstance(node, dict) or not all(isinstance(v, dict) for v in variants.values()):
-        return
+            return [
+                _merged(child, {loc: v[index] for loc, v in variants.items()})
+                for index, child in enumerate(node)
+            ]
+        return copy.deepcopy(node)
+    if not isinstance(node, dict):
+        return node  # str, number, bool or None: immutable
+    if not all(isinstance(v, dict) for v in variants.values()):
+        return copy.deepcopy(node)
+    merged: dict[str, Any] = {}
+    for key, value in node.items():
+        if not isinstance(value, dict | list):
+            merged[key] = value
+        elif key.startswith("i18n_"):
+            merged[key] = copy.deepcopy(value)
+        else:
+            merged[key] = _merged(value, {loc: v.get(key) for loc, v in variants.items()})
     tag = node.get("tag")
     for i18n_key, (field, tags) in I18N_FIELDS.items():
         if tag in tags and isinstance(node.get(field), str) and i18n_key not in node:
             texts = {loc: v.get(field) for loc, v in variants.items()}
             if all(isinstance(t, str) for t in texts.values()) and len(set(texts.values())) > 1:
-                node[i18n_key] = texts
-    for key, value in node.items():
-        if isinstance(value, dict | list) and not key.startswith("i18n_"):
-            _merge(value, {loc: v.get(key) for loc, v in variants.items()})
+                merged[i18n_key] = texts
+    return merged
 
 
 def _check_button(node: dict, path: str, problems: list[str], form: _Form | None) -> None:

@@ -142,3 +142,44 @@ def test_a_readers_chat_language_code_picks_chinese_or_english_and_nothing_for_n
     # Telegram answers in English when the client sends no language_code
     assert telegram_handlers.reader_language({"language_code": code}) == (language or "en")
     assert telegram_handlers.reader_language(None) == "en"
+
+
+def _objects(tree):
+    """Every dict and list of `tree`, by identity."""
+    found = [tree] if isinstance(tree, dict | list) else []
+    children = tree.values() if isinstance(tree, dict) else tree if isinstance(tree, list) else ()
+    for child in children:
+        found += _objects(child)
+    return found
+
+
+def test_merged_locales_add_i18n_where_text_differs_and_share_nothing_with_the_renders():
+    from interactions.lark.cardjson import merge_locales
+
+    def render(status, button, extra):
+        return {
+            "elements": [
+                {"tag": "markdown", "element_id": "s", "content": status},
+                {"tag": "button", "text": {"tag": "plain_text", "content": button}},
+                {"tag": "markdown", "content": "same", "i18n_content": {"zh_cn": "x"}},
+                {"tag": "column_set", "columns": extra},
+            ]
+        }
+
+    zh = render("已记录", "有用", [{"a": 1}])
+    en = render("Recorded", "Helpful", [{"a": 1}, {"b": 2}])  # a part whose shape differs
+    zh_before, en_before = repr(zh), repr(en)
+    merged = merge_locales({"zh_cn": zh, "en_us": en}, "zh_cn")
+    status, button, same, columns = merged["elements"]
+    assert status == {
+        "tag": "markdown",
+        "element_id": "s",
+        "content": "已记录",
+        "i18n_content": {"zh_cn": "已记录", "en_us": "Recorded"},
+    }
+    assert button["text"]["i18n_content"] == {"zh_cn": "有用", "en_us": "Helpful"}
+    assert same == {"tag": "markdown", "content": "same", "i18n_content": {"zh_cn": "x"}}
+    assert columns["columns"] == [{"a": 1}]  # left in the default language
+    assert (repr(zh), repr(en)) == (zh_before, en_before)  # the renders are not changed
+    inputs = {id(o) for o in _objects(zh) + _objects(en)}
+    assert not inputs & {id(o) for o in _objects(merged)}  # a change to one cannot reach the other
