@@ -1,6 +1,8 @@
 """`python -m cardloop.webserver <daphne arguments>`: Daphne with an access log that leaves out
-query strings, requests whose bodies Twisted does not parse as forms (`FormlessWebRequest`),
-and the loaded application frozen out of the garbage collector's scans (`CommandLine`). `manage.py serve` starts the web process through it.
+query strings (and without Twisted's, which keeps them: `QuietHTTPFactory`), requests whose
+bodies Twisted does not parse as forms (`FormlessWebRequest`), and the loaded application
+frozen out of the garbage collector's scans (`CommandLine`). `manage.py serve` starts the web
+process through it.
 
 Daphne's access log writes each request's full URI. Query strings can carry operator ids
 (`GET /api/v1/desktop-tokens?open_id=ou_…`) and other caller data, which Cardloop never logs
@@ -14,7 +16,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from daphne import cli, http_protocol
+from daphne import cli, http_protocol, server
 from daphne.access import AccessLogGenerator
 
 
@@ -45,6 +47,19 @@ class FormlessWebRequest(http_protocol.WebRequest):
         super().__init__(*args, **kwargs)
 
 
+class QuietHTTPFactory(http_protocol.HTTPFactory):
+    """Daphne's HTTP factory without Twisted's own access line.
+
+    Twisted's `HTTPFactory.log` formats a combined-log line with the full URI (query string
+    included) for every request and writes it to Twisted's log (Twisted API docs,
+    `twisted.web.http.HTTPFactory.log`); Daphne discards that log at its default verbosity and
+    hands it to Python logging at `-v 2`, where a query string's operator id would be
+    written. Daphne's access log (`QuerylessAccessLog`) is the one Cardloop keeps."""
+
+    def log(self, request) -> None:
+        """Nothing: see the class."""
+
+
 class CommandLine(cli.CommandLineInterface):
     """Daphne's command line, which moves everything loading the application created out of
     the garbage collector's sight once it is loaded (`gc.freeze()`).
@@ -67,11 +82,13 @@ class CommandLine(cli.CommandLineInterface):
 
 def main() -> None:
     """Run Daphne's command line (`CommandLine`) with `QuerylessAccessLog` as its access
-    logger and `FormlessWebRequest` as its request class."""
+    logger, `FormlessWebRequest` as its request class and `QuietHTTPFactory` as its HTTP
+    factory."""
     # Daphne's CLI builds its logger, and its HTTP factory each connection's requests, from
     # these module-level names; there is no setting for either.
     cli.AccessLogGenerator = QuerylessAccessLog
     http_protocol.WebRequest = FormlessWebRequest
+    server.HTTPFactory = QuietHTTPFactory
     CommandLine.entrypoint()
 
 
