@@ -5,6 +5,7 @@ table), presence and push in `interactions.presence`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -194,8 +195,18 @@ class PanelConsumer(AsyncWebsocketConsumer):
         return not self.handling and self.group != "" and self.lock.idle()
 
     async def push_now(self, event):
-        """`presence.Receiver`: `panel_push(event)`, called by the fan-out in its own task."""
-        await self.panel_push(event)
+        """`presence.Receiver`: `panel_push(event)`, called by the fan-out in its own task.
+
+        If it raises, the socket is closed with 1011 (and the error re-raised for the
+        fan-out to count), as when a push handled through the channel failed and ended the
+        consumer: the bookkeeping may already say the client has the frame, so only a
+        reconnect's snapshot is sure to repair it."""
+        try:
+            await self.panel_push(event)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await self.close(code=1011)
+            raise
 
     async def panel_push(self, event):
         """A push of `presence.push`: `event["message"]`, the panel protocol dict, decides what
