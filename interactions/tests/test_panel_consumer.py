@@ -224,12 +224,26 @@ async def test_a_failing_group_discard_still_removes_the_presence(token, no_asks
     assert await database_sync_to_async(PanelPresence.objects.count)() == 0
 
 
+@pytest.fixture
+def in_memory_layer(settings):
+    """The in-memory channel layer (direct delivery to this process's panels), whatever
+    REDIS_URL says."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "plumbing.layers.InMemoryChannelLayer", "CONFIG": {}}
+    }
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
 async def test_a_push_that_fails_on_a_panel_closes_it_with_1011_and_the_others_still_get_it(
-    token, no_asks
+    token, no_asks, in_memory_layer
 ):
-    """A failed direct push may leave the panel's bookkeeping saying the client has the
-    frame: the socket is closed (the client reconnects to a fresh snapshot), the failure is
-    counted, and the user's other panels get the push."""
+    """On the in-memory layer, a failed direct push may leave the panel's bookkeeping saying
+    the client has the frame: the socket is closed (the client reconnects to a fresh
+    snapshot), the failure is counted, and the user's other panels get the push."""
     raw, row = token
     broken, fine = communicator(raw=raw), communicator(raw=raw)
     for comm in (broken, fine):
