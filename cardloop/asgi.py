@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from cardloop.routing import websocket_urlpatterns  # noqa: E402
 from interactions.channels.feishu.asgi import LarkCallbackApp  # noqa: E402
 from interactions.mcp.server import mount as mount_mcp  # noqa: E402
+from plumbing.asgi import ServerSendInScope  # noqa: E402
 
 _errors = [m for m in checks.run_checks() if m.level >= checks.ERROR]
 if _errors:
@@ -61,6 +62,9 @@ class BrowserOriginValidator(OriginValidator):
 application = ProtocolTypeRouter(
     {
         "http": mount_mcp(LarkCallbackApp(django_asgi_app)),
-        "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # the server's own `send` in the scope, for pushes past the session wrapper
+        "websocket": ServerSendInScope(
+            BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

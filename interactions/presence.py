@@ -12,6 +12,8 @@
   layer within one process). Best effort by design: the ASGI spec lets a group send drop
   silently past a channel's capacity, and a client may be reconnecting at that moment; panels
   resync with the database (`interactions.panels.service`), so a lost push only delays one.
+  On the in-memory layer a push reaches each idle consumer of this process directly (its
+  `Receiver` methods), without a layer message per panel; see `_send_local`.
 
 Asks push through this module; the panel protocol (authentication, snapshots, answers) is
 `interactions.panels.service`.
@@ -28,8 +30,9 @@ import secrets
 import socket
 import threading
 from collections import Counter
+from copy import deepcopy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -132,25 +135,43 @@ def is_connected(bot: Bot, open_id: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+class Receiver(Protocol):
+    """A live panel of this process that can take a `panel.push` event straight from the
+    fan-out (`interactions.panels.consumer.PanelConsumer`), without a channel-layer message
+    and the consumer's receive → dispatch round through its task."""
+
+    def takes_push_now(self) -> bool:
+        """Whether `push_now` may run at once: it will neither wait for the consumer's lock nor
+        overtake a handler in progress. When False the push goes through the channel layer,
+        queued behind what the consumer is doing."""
+
+    async def push_now(self, event: dict[str, Any]) -> None:
+        """Deliver `event` (a `panel.push`, read only) to the panel."""
+
+
 class _Local:
-    """Live consumers of this process: channel_name → (group, event loop, the consumer's task),
-    and per group its channels with their loops (so a push finds its panels without scanning
-    every channel). Thread-safe. A channel counts as live only while its consumer's task runs:
-    the heartbeat drops (and stops refreshing) a channel whose task ended without detaching —
-    a consumer whose channel-layer receive raised, or that was cancelled."""
+    """Live consumers of this process: channel_name → (group, event loop, the consumer's task,
+    its `Receiver` or None), and per group its channels with their loops (so a push finds its
+    panels without scanning every channel). Thread-safe. A channel counts as live only while
+    its consumer's task runs: the heartbeat drops (and stops refreshing) a channel whose task
+    ended without detaching — a consumer whose channel-layer receive raised, or that was
+    cancelled."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.channels: dict[str, tuple[str, asyncio.AbstractEventLoop, asyncio.Task | None]] = {}
+        self.channels: dict[
+            str, tuple[str, asyncio.AbstractEventLoop, asyncio.Task | None, Receiver | None]
+        ] = {}
         self.groups: dict[str, dict[str, asyncio.AbstractEventLoop]] = {}
         self.heartbeats: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
 
-    def attach(self, channel_name: str, group: str) -> None:
-        """Called by the consumer, in its own task, once its socket is accepted."""
+    def attach(self, channel_name: str, group: str, receiver: Receiver | None = None) -> None:
+        """Called by the consumer, in its own task, once its socket is accepted. `receiver`
+        (the consumer) takes pushes of the in-memory layer directly (`Receiver`)."""
         loop = asyncio.get_running_loop()
         with self.lock:
             self._forget(channel_name)
-            self.channels[channel_name] = (group, loop, asyncio.current_task())
+            self.channels[channel_name] = (group, loop, asyncio.current_task(), receiver)
             self.groups.setdefault(group, {})[channel_name] = loop
             task = self.heartbeats.get(loop)
             if task is None or task.done():
@@ -173,7 +194,7 @@ class _Local:
             if entry is None:
                 return
             loop = entry[1]
-            if not any(lp is loop for _g, lp, _t in self.channels.values()):
+            if not any(e[1] is loop for e in self.channels.values()):
                 task = self.heartbeats.pop(loop, None)
                 if task is not None and task is not asyncio.current_task():
                     task.cancel()
@@ -181,19 +202,22 @@ class _Local:
     def on_loop(self, loop) -> list[str]:
         """The live channels served on `loop`; forgets channels whose consumer task ended."""
         with self.lock:
-            gone = [n for n, (_g, lp, t) in self.channels.items() if t is not None and t.done()]
+            gone = [n for n, e in self.channels.items() if e[2] is not None and e[2].done()]
         for name in gone:
             log.info("panel presence: a consumer ended without its disconnect step")
             self.detach(name)
         with self.lock:
-            return [name for name, (_g, lp, _t) in self.channels.items() if lp is loop]
+            return [name for name, e in self.channels.items() if e[1] is loop]
 
-    def in_group(self, group: str) -> dict[asyncio.AbstractEventLoop, list[str]]:
-        """The channels of `group`, by the event loop their consumers run on."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[str]] = {}
+    def in_group(
+        self, group: str
+    ) -> dict[asyncio.AbstractEventLoop, list[tuple[str, Receiver | None]]]:
+        """The channels of `group` with their `Receiver` (or None), by the event loop their
+        consumers run on."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[str, Receiver | None]]] = {}
         with self.lock:
             for name, loop in self.groups.get(group, {}).items():
-                by_loop.setdefault(loop, []).append(name)
+                by_loop.setdefault(loop, []).append((name, self.channels[name][3]))
         return by_loop
 
 
@@ -233,9 +257,34 @@ def _log_failure(future) -> None:
         log.warning("panel push failed: %s", type(exc).__name__)
 
 
-async def _send_local(layer, channel_names: list[str], event: dict) -> None:
-    """Put `event` on each of `channel_names` (consumers on this loop). A full channel drops
-    it: counted in `STATS["push_dropped"]` and logged once per push."""
+async def _send_local(layer, members: list[tuple[str, Receiver | None]], event: dict) -> None:
+    """Deliver `event` to `members` (channels of consumers on this loop, with their `Receiver`).
+
+    A `panel.push` goes straight to each receiver that `takes_push_now()`, one after another
+    in this one task: no channel-layer message, no wake-up of each consumer's receive task
+    (channels' `await_many_dispatch`), one copy of the event for all of them. The others (a
+    consumer still connecting, inside a handler, or holding its lock for a resync) and every
+    other event get it through the layer, queued behind what they are doing, as before. A
+    full channel drops it: counted in `STATS["push_dropped"]` and logged once per push; a
+    receiver that fails is counted in `STATS["push_failed"]` and the others still get it."""
+    channel_names = [name for name, _receiver in members]
+    if event.get("type") == "panel.push":
+        shared = deepcopy(event)  # receivers read it only; the caller's dict stays its own
+        queued, failed = [], 0
+        for name, receiver in members:
+            if receiver is None or not receiver.takes_push_now():
+                queued.append(name)
+                continue
+            try:
+                await receiver.push_now(shared)
+            except Exception:  # noqa: BLE001 - one panel must not cost the others their push
+                failed += 1
+        if failed:
+            STATS["push_failed"] += failed
+            log.warning("panel push failed on %d panel(s); they resync", failed)
+        channel_names = queued
+        if not channel_names:
+            return
     send_shared = getattr(layer, "send_shared", None)
     if send_shared is not None:  # `plumbing.layers`: one copy of the event for all of them
         dropped = len(await send_shared(channel_names, event))
@@ -266,9 +315,11 @@ def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
 
     With the in-memory layer (one process) the message goes directly to this process's
     consumers of that user, on their event loop (thread-safe from any thread, e.g. the Feishu
-    callback pool); a full channel is counted in `STATS["push_dropped"]` and logged. With
+    callback pool), and from there straight to each consumer's send path when it is idle
+    (`_send_local`); a full channel is counted in `STATS["push_dropped"]` and logged. With
     Redis it is a `group_send` to `group_for(bot, open_id)` (over capacity, channels-redis
-    logs "channels over capacity").
+    logs "channels over capacity"), which reaches every consumer of the group, this
+    process's included, through its channel once.
 
     The message is encoded to its JSON text here, once, and travels with the dict as the
     event's `"text"`: every panel sends that text rather than encoding the same dict again
@@ -298,8 +349,8 @@ def group_send(bot: Bot, open_id: str, event: dict[str, Any]) -> None:
             running = None
         if isinstance(layer, InMemoryChannelLayer):
             # one hand-off per event loop (Daphne has one), not one per panel
-            for loop, channel_names in LOCAL.in_group(group).items():
-                sending = _send_local(layer, channel_names, event)
+            for loop, members in LOCAL.in_group(group).items():
+                sending = _send_local(layer, members, event)
                 try:
                     if loop is running:
                         task = loop.create_task(sending)

@@ -102,3 +102,66 @@ def test_a_post_body_reaches_the_application_unparsed_by_twisted(tmp_path):
             process.wait(10)
     assert answer.headers["content-type"].startswith("application/json"), answer.text
     assert answer.json()["error"]
+
+
+class _Reactor:
+    """Just what `tcp.Connection` asks of a reactor when it queues a write."""
+
+    def __init__(self):
+        self.writers = set()
+
+    def addWriter(self, writer):  # noqa: N802 - Twisted's interface
+        self.writers.add(writer)
+
+    def removeWriter(self, writer):  # noqa: N802 - Twisted's interface
+        self.writers.discard(writer)
+
+
+def _connection():
+    """A Twisted TCP connection on one end of a socket pair (the other end returned)."""
+    from twisted.internet import tcp
+    from twisted.internet.protocol import Protocol
+
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    peer.settimeout(5)
+    connection = tcp.Connection(ours, Protocol(), reactor=_Reactor())
+    connection.connected = True
+    return connection, peer
+
+
+def test_a_write_with_nothing_queued_reaches_the_socket_at_once(monkeypatch):
+    """`send_at_once`: Twisted queues every write until the event loop says the socket is
+    writable (two epoll_ctl calls and a loop pass per WebSocket frame); with nothing queued
+    the web server sends it at once, without asking the reactor."""
+    from twisted.internet import tcp
+
+    from cardloop import webserver
+
+    monkeypatch.setattr(tcp.Connection, "write", tcp.Connection.write)
+    webserver.send_at_once()
+    connection, peer = _connection()
+    connection.write(b"frame one")
+    assert peer.recv(100) == b"frame one"
+    assert not connection.reactor.writers and not connection._tempDataBuffer
+
+
+def test_what_the_socket_does_not_take_is_queued_and_later_writes_stay_behind_it(monkeypatch):
+    from twisted.internet import tcp
+
+    from cardloop import webserver
+
+    monkeypatch.setattr(tcp.Connection, "write", tcp.Connection.write)
+    webserver.send_at_once()
+    connection, peer = _connection()
+    big = bytes(range(256)) * 40_000  # ~10 MB: more than the socket buffers hold
+    connection.write(big)
+    assert connection.reactor.writers == {connection}  # the rest waits for the event loop
+    connection.write(b"after")
+    assert connection._tempDataBuffer[-1] == b"after"  # queued behind, not sent ahead
+    received = bytearray()
+    while len(received) < len(big) + 5:
+        connection.doWrite()
+        received += peer.recv(1 << 20)
+    assert bytes(received) == big + b"after"
+    assert not connection.reactor.writers

@@ -5,6 +5,7 @@ table), presence and push in `interactions.presence`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -16,17 +17,32 @@ from django.utils import timezone
 from interactions import presence
 from interactions.panel_timing import resync_grace, resync_interval
 from interactions.panels import service as panels
+from plumbing.asgi import SERVER_SEND
 from plumbing.parsers import contains_unstorable, loads_untrusted
 
 log = logging.getLogger(__name__)
 
 
+class _PanelLock(asyncio.Lock):
+    """The consumer's lock (its bookkeeping and frame order), which can tell whether taking it
+    now would wait."""
+
+    def idle(self) -> bool:
+        """Free, and no task queued for it: `acquire()` would return without suspending."""
+        return not self.locked() and not self._waiters
+
+
 class PanelConsumer(AsyncWebsocketConsumer):
-    """`/ws/panel/`: one question panel of one user (see `interactions.panels.service`)."""
+    """`/ws/panel/`: one question panel of one user (see `interactions.panels.service`).
+
+    Also the panel's `presence.Receiver`: on the in-memory layer a push reaches an idle
+    consumer straight from the fan-out (`push_now`), not through its channel."""
 
     user: presence.PanelUser | None = None
     group: str = ""
     timer: asyncio.Task | None = None
+    #: Handlers (`websocket.*` and channel-layer events other than pushes) in progress.
+    handling: int = 0
 
     async def __call__(self, scope, receive, send):
         """Run the consumer; on *every* exit — a normal disconnect, but also the channel
@@ -51,8 +67,11 @@ class PanelConsumer(AsyncWebsocketConsumer):
         self.closed: set[str] = set()  # requestIds the client was told are closed (recent)
         self.won: set[str] = set()  # requestIds this panel answered (its acceptance is final)
         self.dropped: set[str] = set()  # requestIds a resync snapshot dropped (no cancel push)
-        self.lock = asyncio.Lock()
+        self.lock = _PanelLock()
         self.timer: asyncio.Task | None = None
+        # the server's own send for pushed frames: nothing between it and us acts on
+        # `websocket.send` (plumbing.asgi); without it (another stack) the usual one
+        self.frame_send = self.scope.get(SERVER_SEND) or self.base_send
         self.user = await database_sync_to_async(panels.authenticate_scope)(self.scope)
         offered = self.scope.get("subprotocols") or []
         await self.accept(panels.SUBPROTOCOL if panels.SUBPROTOCOL in offered else None)
@@ -69,7 +88,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
         self.group = presence.group_for(self.user.bot, self.user.open_id)
         # Join the group before reading the snapshot, so nothing committed in between is missed.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        presence.LOCAL.attach(self.channel_name, self.group)
+        presence.LOCAL.attach(self.channel_name, self.group, self)
         await database_sync_to_async(presence.register)(self.user, self.channel_name)
         async with self.lock:
             await self._snapshot(await database_sync_to_async(panels.open_messages)(self.user))
@@ -159,7 +178,35 @@ class PanelConsumer(AsyncWebsocketConsumer):
         if message.get("type") == "panel.push":
             await self.panel_push(message)
             return
-        await super().dispatch(message)
+        self.handling += 1  # direct pushes wait (in the channel) until it is done
+        try:
+            await super().dispatch(message)
+        finally:
+            self.handling -= 1
+
+    def takes_push_now(self) -> bool:
+        """`presence.Receiver`: a push may be delivered now, past the channel — no handler
+        is in progress (connect: before its snapshot is sent a push must queue behind it; an
+        answer: the push of its own "answered" must find `won` set) and the lock is idle (a
+        resync or snapshot holds it). Otherwise the push is queued on the channel and handled
+        after them, as every push was before; a later push may then reach the panel before
+        the queued one, which the bookkeeping of `panel_push` already allows for (pushes
+        from two processes: a cancellation that overtook its ask drops the ask)."""
+        return not self.handling and self.group != "" and self.lock.idle()
+
+    async def push_now(self, event):
+        """`presence.Receiver`: `panel_push(event)`, called by the fan-out in its own task.
+
+        If it raises, the socket is closed with 1011 (and the error re-raised for the
+        fan-out to count), as when a push handled through the channel failed and ended the
+        consumer: the bookkeeping may already say the client has the frame, so only a
+        reconnect's snapshot is sure to repair it."""
+        try:
+            await self.panel_push(event)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await self.close(code=1011)
+            raise
 
     async def panel_push(self, event):
         """A push of `presence.push`: `event["message"]`, the panel protocol dict, decides what
@@ -187,10 +234,9 @@ class PanelConsumer(AsyncWebsocketConsumer):
                     # this panel's answer won: it was told `accepted`, and "answered
                     # elsewhere" would contradict that (every other panel still gets it)
                     return
-            if isinstance(text, str):
-                await self.send(text_data=text)
-            else:
-                await self._send(message)
+            if not isinstance(text, str):
+                text = json.dumps(message, ensure_ascii=False)
+            await self.frame_send({"type": "websocket.send", "text": text})
 
     async def panel_token_revoked(self, event):
         """`panels.revoke_token` says a token of this user was revoked: close if it is ours."""

@@ -256,8 +256,9 @@ async def test_a_revoked_token_whose_close_never_arrived_answers_nothing_and_is_
 async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_all(
     panel_user, settings, caplog, monkeypatch
 ):
-    """A panel's channel holds `capacity` messages; a burst of 150 pushes arriving before
-    the consumer reads one overflows it, and sends past capacity are dropped. The drop is
+    """A panel's channel holds `capacity` messages; a burst of 150 pushes arriving while the
+    consumer is busy (its lock held, as by a resync: pushes then queue on its channel instead
+    of reaching it directly) overflows it, and sends past capacity are dropped. The drop is
     logged and counted; a resync (on request, on reconnect) gives the panel all 150 open
     asks, each answerable."""
     from channels.layers import channel_layers
@@ -281,8 +282,11 @@ async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_al
         monkeypatch.undo()
         assert len(held) == 150
         dropped_before = panel_presence.STATS["push_dropped"]
-        for args in held:  # on this loop, without yielding: the consumer reads none meanwhile
-            panel_presence.push(*args)
+        (consumer,) = [entry[3] for entry in panel_presence.LOCAL.channels.values()]
+        async with consumer.lock:
+            for args in held:  # on this loop, without yielding: the consumer reads none
+                panel_presence.push(*args)
+            await asyncio.sleep(0.2)  # the pushes are handed to the layer on this loop
         seen = set()
         while not await comm.receive_nothing(0.5):
             seen.add((await receive(comm))["requestId"])
@@ -306,6 +310,41 @@ async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_al
         assert accepted["requestId"] == one
         for c in (comm, again):
             await c.disconnect(timeout=10)
+    finally:
+        channel_layers.backends.clear()
+
+
+async def test_a_burst_to_an_idle_panel_reaches_it_whole_past_its_channel_capacity(
+    panel_user, settings, monkeypatch
+):
+    """On the in-memory layer a push reaches an idle consumer directly, not through its
+    channel: 150 pushes in one burst to a panel whose channel holds 20 all arrive, in
+    order, and none is counted as dropped."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "plumbing.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 20},
+        }
+    }
+    channel_layers.backends.clear()
+    try:
+        bot, raw, _token = panel_user
+        comm = await connected(raw)
+        await receive(comm)
+        held = []
+        monkeypatch.setattr(panel_presence, "push", lambda b, o, m: held.append((b, o, m)))
+        made = await db(lambda: [register(bot, f"s{i}") for i in range(150)])()
+        monkeypatch.undo()
+        dropped_before = panel_presence.STATS["push_dropped"]
+        for args in held:  # on this loop, without yielding
+            panel_presence.push(*args)
+        got = [(await receive(comm))["requestId"] for _ in made]
+        assert got == [a.public_id for a in made]
+        assert await comm.receive_nothing(0.3)
+        assert panel_presence.STATS["push_dropped"] == dropped_before
+        await comm.disconnect(timeout=10)
     finally:
         channel_layers.backends.clear()
 

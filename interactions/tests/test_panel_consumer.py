@@ -222,3 +222,49 @@ async def test_a_failing_group_discard_still_removes_the_presence(token, no_asks
     monkeypatch.setattr(get_channel_layer(), "group_discard", broken)
     await comm.disconnect(timeout=10)
     assert await database_sync_to_async(PanelPresence.objects.count)() == 0
+
+
+@pytest.fixture
+def in_memory_layer(settings):
+    """The in-memory channel layer (direct delivery to this process's panels), whatever
+    REDIS_URL says."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "plumbing.layers.InMemoryChannelLayer", "CONFIG": {}}
+    }
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+async def test_a_push_that_fails_on_a_panel_closes_it_with_1011_and_the_others_still_get_it(
+    token, no_asks, in_memory_layer
+):
+    """On the in-memory layer, a failed direct push may leave the panel's bookkeeping saying
+    the client has the frame: the socket is closed (the client reconnects to a fresh
+    snapshot), the failure is counted, and the user's other panels get the push."""
+    raw, row = token
+    broken, fine = communicator(raw=raw), communicator(raw=raw)
+    for comm in (broken, fine):
+        await comm.connect()
+        assert (await receive(comm))["type"] == "snapshot"
+    consumers = [entry[3] for entry in panel_presence.LOCAL.channels.values()]
+    assert len(consumers) == 2
+
+    async def failing(_message):
+        raise RuntimeError("the socket write failed")
+
+    consumers[0].frame_send = failing
+    failed_before = panel_presence.STATS["push_failed"]
+    message = {"type": "ask_user_questions_cancelled", "requestId": "ask_1", "reason": "timeout"}
+    await database_sync_to_async(panel_presence.push)(row.bot, "ou_alice", message)
+    outputs = {}
+    for comm in (broken, fine):
+        outputs[comm] = await comm.receive_output(5)
+    closed = [c for c, out in outputs.items() if out["type"] == "websocket.close"]
+    got = [c for c, out in outputs.items() if out.get("text") == json.dumps(message)]
+    assert len(closed) == 1 and outputs[closed[0]]["code"] == 1011 and len(got) == 1
+    assert panel_presence.STATS["push_failed"] == failed_before + 1
+    for comm in (broken, fine):
+        await comm.disconnect(timeout=10)
