@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import queue
 import random
 import threading
 import time
@@ -199,9 +200,81 @@ def decide(
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class ClaimedItem:
+    """The columns of a claimed outbox row an attempt and its settlement read: the row's `pk`,
+    its `attempts` (this claim included), `destination_id`, `body` (text, sent as UTF-8),
+    `claimed_at`, and its event's public id (`webhook_id`, the `webhook-id` header) and
+    `event_type`."""
+
+    pk: int
+    attempts: int
+    destination_id: int
+    body: str
+    claimed_at: datetime | None
+    webhook_id: str
+    event_type: str
+
+
+#: `claim_due` field names in `ClaimedItem` order …
+_CLAIMED_FIELDS = (
+    "id",
+    "attempts",
+    "destination_id",
+    "body",
+    "claimed_at",
+    "event__event_id",
+    "event__type",
+)
+#: … then the destination columns an attempt reads (`_request_for`, `signing_secrets`), in
+#: the destination's field order; the destination's other fields stay deferred.
+_DESTINATION_FIELDS = (
+    "url",
+    "timeout_ms",
+    "secret_ref",
+    "previous_secret_ref",
+    "previous_secret_expires_at",
+)
+
+
+def claim_for_delivery(
+    *, limit: int, now: datetime, where: Q | None = None, wait_for_flush: bool = True
+) -> tuple[str, list[ClaimedItem], dict[int, WebhookDestination]]:
+    """Claim up to `limit` due outbox rows matching `where` (`plumbing.workqueue.claim_due`:
+    SKIP LOCKED on PostgreSQL, fenced by the returned token; `wait_for_flush=False` commits
+    without waiting for the WAL flush, where a lost claim only means one more attempt).
+
+    Returns `(claim_token, rows, destinations by id)`: the rows' columns an attempt needs (no
+    model instances: a claim of many rows spent more CPU building them than the database
+    spent claiming) and each of their destinations with the columns an attempt reads (url,
+    timeout, secret refs; the others deferred), read with the rows — so a changed URL,
+    secret or timeout applies from the next claim on."""
+    token, rows = claim_due(
+        OutboxItem,
+        limit=limit,
+        now=now,
+        where=where,
+        fields=_CLAIMED_FIELDS + tuple(f"destination__{f}" for f in _DESTINATION_FIELDS),
+        wait_for_flush=wait_for_flush,
+    )
+    width = len(_CLAIMED_FIELDS)
+    items = []
+    destinations: dict[int, WebhookDestination] = {}
+    for row in rows:
+        item = ClaimedItem(*row[:width])
+        items.append(item)
+        if item.destination_id not in destinations:
+            destinations[item.destination_id] = WebhookDestination.from_db(
+                OutboxItem.objects.db,
+                ["id", *_DESTINATION_FIELDS],
+                [item.destination_id, *row[width:]],
+            )
+    return token, items, destinations
+
+
+@dataclass(frozen=True, slots=True)
 class _InFlight:
-    item: OutboxItem
+    item: ClaimedItem
     token: str
 
 
@@ -241,6 +314,8 @@ class OutboxWorker:
         self.settle_window = settle_window
         self.refill_at = max(1, self.concurrency // 2)
         self.in_flight: dict[concurrent.futures.Future, _InFlight] = {}
+        #: Futures of finished attempts, in the order they finished (their done callbacks).
+        self._finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
 
     # -- loop hooks --------------------------------------------------------------------------
 
@@ -319,35 +394,36 @@ class OutboxWorker:
         if where is not None:
             condition &= where
         now = self.now()
-        token, items = claim_due(
-            OutboxItem,
-            limit=limit,
-            now=now,
-            where=condition,
-            select_related=("event", "destination"),
-            wait_for_flush=False,
+        token, items, destinations = claim_for_delivery(
+            limit=limit, now=now, where=condition, wait_for_flush=False
         )
         if items:
             hold_claim(OutboxItem, token)  # renewed while attempts run (workqueue.ClaimLease)
         immediate = []
         secrets_cache: dict[int, tuple[str, ...]] = {}
         for item in items:
-            request = self._request_for(item, now, secrets_cache)
+            request = self._request_for(item, destinations[item.destination_id], now, secrets_cache)
             entry = _InFlight(item, token)
             if isinstance(request, AttemptResult):
                 immediate.append((entry, request))
             else:
-                self.in_flight[self.sender.submit(request)] = entry
+                future = self.sender.submit(request)
+                self.in_flight[future] = entry
+                future.add_done_callback(self._finished.put)
         if immediate:
             self._record(immediate)
         return len(items)
 
     def _request_for(
-        self, item: OutboxItem, now: datetime, cache: dict[int, tuple[str, ...]] | None = None
+        self,
+        item: ClaimedItem,
+        destination: WebhookDestination,
+        now: datetime,
+        cache: dict[int, tuple[str, ...]] | None = None,
     ) -> WebhookRequest | AttemptResult:
-        """The attempt for a claimed row; `cache` holds signing secrets per destination for
-        the rows of one claim. An unreadable secret store yields a retryable result."""
-        destination = item.destination
+        """The attempt for a claimed row of `destination`; `cache` holds signing secrets per
+        destination for the rows of one claim. An unreadable secret store yields a retryable
+        result."""
         body = item.body.encode("utf-8")
         cache = {} if cache is None else cache
         try:
@@ -360,8 +436,8 @@ class OutboxWorker:
             return AttemptResult(Outcome.NETWORK_ERROR, error="secret store unreadable")
         return WebhookRequest(
             url=destination.url,
-            event_id=item.event.event_id,
-            event_type=item.event.type,
+            event_id=item.webhook_id,
+            event_type=item.event_type,
             body=body,
             secrets=secrets,
             timeout_s=destination.timeout_ms / 1000.0,
@@ -386,27 +462,38 @@ class OutboxWorker:
         transaction. Returns how many were settled."""
         if not self.in_flight:
             return 0
-        done, _pending = concurrent.futures.wait(
-            list(self.in_flight), timeout=wait, return_when=concurrent.futures.FIRST_COMPLETED
-        )
-        if not done:
+        done: dict[concurrent.futures.Future, None] = {}
+        if not self._collect_finished(done, wait):
             return 0
         window_end = time.monotonic() + self.settle_window
         while len(done) < min(self.refill_at, len(self.in_flight)):
             left = window_end - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not self._collect_finished(done, left):
                 break
-            more, _pending = concurrent.futures.wait(
-                [f for f in self.in_flight if f not in done],
-                timeout=left,
-                return_when=concurrent.futures.FIRST_COMPLETED,
-            )
-            if not more:
-                break
-            done |= more
         results = [(self.in_flight.pop(f), self._result_of(f)) for f in done]
         self._record(results)
         return len(results)
+
+    def _collect_finished(self, done: dict, wait: float) -> bool:
+        """Add to `done` the in-flight attempts that have finished, waiting up to `wait` s for
+        the first one; False when none finished in time. Finished attempts arrive on
+        `_finished` (their futures' done callbacks), so a wait costs the same however many
+        attempts are in flight; futures no longer in flight (cancelled at shutdown) are
+        skipped."""
+        deadline = time.monotonic() + wait
+        found = False
+        while True:
+            try:
+                if found:
+                    future = self._finished.get_nowait()
+                else:
+                    left = deadline - time.monotonic()
+                    future = self._finished.get(block=left > 0, timeout=max(left, 0.0))
+            except queue.Empty:
+                return found
+            if future in self.in_flight and future not in done:
+                done[future] = None
+                found = True
 
     def _record(self, results: Iterable[tuple[_InFlight, AttemptResult]]) -> None:
         """Settle rows (fenced by their claim token) and write their attempt log, in one
@@ -428,23 +515,23 @@ class OutboxWorker:
                     rng=self.rng,
                 )
                 attempts.append(
-                    WebhookAttempt(
-                        outbox_item_id=item.pk,
-                        destination_id=item.destination_id,
-                        attempt=item.attempts,
-                        started_at=result.started_at,
-                        duration_ms=result.duration_ms,
-                        status_code=result.status_code,
-                        outcome=str(result.outcome),
-                        error=result.error[:500],
-                        response_excerpt=result.response_excerpt,
+                    (  # feedback.models.ATTEMPT_LOG_COLUMNS
+                        item.pk,
+                        item.destination_id,
+                        item.attempts,
+                        result.started_at,
+                        result.duration_ms,
+                        result.status_code,
+                        str(result.outcome),
+                        result.error[:500],
+                        result.response_excerpt,
                     )
                 )
                 if decision.status == WorkStatus.DONE:
                     delivered.setdefault((entry.token, result.status_code), []).append(item.pk)
                 elif decision.status == WorkStatus.PENDING:
                     reschedule(
-                        item,
+                        OutboxItem(pk=item.pk),
                         entry.token,
                         decision.next_attempt_at,
                         error=result.error,
@@ -455,7 +542,7 @@ class OutboxWorker:
                     if decision.status == WorkStatus.DEAD:
                         error = f"gave up after {item.attempts} attempts; last: {result.error}"
                     settle(
-                        item,
+                        OutboxItem(pk=item.pk),
                         entry.token,
                         decision.status,
                         error=error,
@@ -468,7 +555,7 @@ class OutboxWorker:
                 log.log(
                     logging.DEBUG if decision.status == WorkStatus.DONE else logging.INFO,
                     "outbox: event %s → destination %s, attempt %d: %s → %s",
-                    item.event.event_id,
+                    item.webhook_id,
                     item.destination_id,
                     item.attempts,
                     result.error or result.outcome,
@@ -483,7 +570,7 @@ class OutboxWorker:
                     last_status_code=status_code,
                     delivered_at=now,
                 )
-            WebhookAttempt.objects.bulk_create(attempts)
+            WebhookAttempt.objects.log(attempts)
             for destination_id, reason in to_disable.items():
                 destinations_service.disable_destination(destination_id, reason=reason)
         for entry, result in results:
@@ -561,16 +648,10 @@ def send_test_event(
         )
     worker = OutboxWorker(concurrency=1, max_attempts=1, sender=sender)
     try:
-        token, claimed = claim_due(
-            OutboxItem,
-            limit=1,
-            now=now,
-            where=Q(pk=item.pk),
-            select_related=("event", "destination"),
-        )
+        token, claimed, destinations = claim_for_delivery(limit=1, now=now, where=Q(pk=item.pk))
         if not claimed:  # a worker took it first; it will deliver it
             return item, AttemptResult(Outcome.INTERRUPTED, error="claimed by a worker")
-        request = worker._request_for(claimed[0], now)
+        request = worker._request_for(claimed[0], destinations[claimed[0].destination_id], now)
         result = request if isinstance(request, AttemptResult) else worker.sender.send(request)
         worker._record([(_InFlight(claimed[0], token), result)])
     finally:

@@ -78,13 +78,17 @@ def claim_due(
     now: datetime | None = None,
     where: Q | None = None,
     select_related: tuple[str, ...] = (),
+    fields: tuple[str, ...] = (),
     wait_for_flush: bool = True,
-) -> tuple[str, list[WorkItem]]:
+) -> tuple[str, list]:
     """Claim up to `limit` (clamped to 1..100) due pending rows of `model`.
 
     Returns `(claim_token, rows)`; rows are ordered by (next_attempt_at, id) and are `inflight`
     with `attempts` incremented. `where` narrows the candidates (e.g. one destination);
-    `select_related` names relations loaded with the returned rows (one query).
+    `select_related` names relations loaded with the returned rows (one query). With
+    `fields` (names as `values_list` takes them, `event__type` included) the rows are tuples
+    of those values instead of model instances — for a caller that reads a few columns of
+    many rows and would otherwise pay for building every instance.
     `wait_for_flush=False` lets the claim commit without waiting for the WAL flush on
     PostgreSQL (`SET LOCAL synchronous_commit TO OFF`, this transaction only): an OS crash may
     then forget the claim, which only means the row is claimed again — use it where a repeated
@@ -111,12 +115,10 @@ def claim_due(
             claimed_at=now,
             attempts=F("attempts") + 1,
         )
-    rows = list(
-        model.objects.filter(id__in=ids, claim_token=token)
-        .select_related(*select_related)
-        .order_by("next_attempt_at", "id")
-    )
-    return token, rows
+    claimed = model.objects.filter(id__in=ids, claim_token=token).order_by("next_attempt_at", "id")
+    if fields:
+        return token, list(claimed.values_list(*fields))
+    return token, list(claimed.select_related(*select_related))
 
 
 def skip_flush_wait() -> None:

@@ -24,7 +24,12 @@ from standardwebhooks.webhooks import Webhook
 from feedback import outbox
 from feedback.envelopes import stable_event_id
 from feedback.events import emit
-from feedback.models import OutboxItem, WebhookAttempt
+from feedback.models import (
+    ATTEMPT_LOG_COLUMNS,
+    OutboxItem,
+    WebhookAttempt,
+    WebhookAttemptQuerySet,
+)
 from feedback.outbox import OutboxWorker, _InFlight, backoff_delay, decide
 from feedback.tests.receiver import Reply
 from feedback.webhooks import AttemptResult, Outcome
@@ -104,7 +109,7 @@ def test_a_worker_whose_claim_was_recovered_cannot_overwrite_the_new_outcome(
 ):
     make_destination(receiver.url())
     event = emit_event()
-    token_a, rows_a = claim_due(OutboxItem, now=clock.now, select_related=("event",))
+    token_a, rows_a, _destinations = outbox.claim_for_delivery(limit=10, now=clock.now)
     assert len(rows_a) == 1  # worker A claimed it, then hung
 
     clock.advance(61)
@@ -135,6 +140,34 @@ def test_settle_many_only_touches_rows_that_still_carry_the_token(
     assert settle_many(OutboxItem, [r.pk for r in rows], token) == 2
     statuses = dict(OutboxItem.objects.values_list("pk", "status"))
     assert [statuses[r.pk] for r in rows] == ["done", "done", "inflight"]
+
+
+def test_attempt_log_rows_keep_every_column_in_batches_larger_than_one_statement(
+    make_destination, emit_event, clock
+):
+    destination, _secret = make_destination("https://a.example.com/")
+    emit_event()
+    item = OutboxItem.objects.get()
+    started = timezone.now().replace(microsecond=123456)
+    count = WebhookAttemptQuerySet.LOG_CHUNK * 2 + 5
+    rows = [
+        (
+            item.pk,
+            destination.pk,
+            n,
+            started,
+            n * 3,
+            None if n % 2 else 503,
+            "retryable_status",
+            f"HTTP 503 «{n}»",
+            "maintenance ☂",
+        )
+        for n in range(1, count + 1)
+    ]
+    with transaction.atomic():
+        assert WebhookAttempt.objects.log(rows) == count
+    stored = list(WebhookAttempt.objects.order_by("attempt").values_list(*ATTEMPT_LOG_COLUMNS))
+    assert stored == rows
 
 
 # ---------------------------------------------------------------------------------------------
