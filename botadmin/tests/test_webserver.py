@@ -1,13 +1,16 @@
 """The web server `manage.py serve` starts: Daphne with an access log that keeps query strings
 (which may carry an `open_id`, e.g. `GET /api/v1/desktop-tokens?open_id=…`) out of the log,
-and with the loaded application out of the garbage collector's scans."""
+the loaded application out of the garbage collector's scans, POST bodies not parsed by
+Twisted, and TCP writes sent at once when nothing is queued."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from tests.processes import child_env, wait_until_serving
@@ -15,29 +18,40 @@ from tests.processes import child_env, wait_until_serving
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
+@contextlib.contextmanager
+def _web_server(log_path, *args: str, **env: str):
+    """`python -m cardloop.webserver` on a free port of 127.0.0.1 with Daphne arguments `args`
+    and extra environment `env`, its output in `log_path`; yields its base URL once it
+    serves and stops it on exit."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    log_path = tmp_path / "web.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "cardloop.webserver", "--fd", str(sock.fileno())]
-            # -v 2: Daphne hands Twisted's own log to Python logging, which must not get
-            # Twisted's access line (full URI) either
-            + ["-v", "2", "cardloop.asgi:application"],
-            env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1", CARDLOOP_LOG_LEVEL="DEBUG"),
+            + [*args, "cardloop.asgi:application"],
+            env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1", **env),
             pass_fds=[sock.fileno()],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         sock.close()
         try:
-            wait_until_serving(f"{url}/healthz?open_id=ou_secret_probe", process, log_path)
+            wait_until_serving(f"{url}/healthz", process, log_path)
+            yield url
         finally:
             process.terminate()
             process.wait(10)
+
+
+def test_access_log_shows_the_path_but_never_the_query_string(tmp_path):
+    log_path = tmp_path / "web.log"
+    # -v 2: Daphne hands Twisted's own log to Python logging, which must not get Twisted's
+    # access line (full URI) either
+    with _web_server(log_path, "-v", "2", CARDLOOP_LOG_LEVEL="DEBUG") as url:
+        answer = httpx.get(f"{url}/healthz?open_id=ou_secret_probe", trust_env=False, timeout=30)
+    assert answer.status_code == 200
     text = log_path.read_text()
     assert '"GET /healthz?…" 200' in text, text[-2000:]
     assert "ou_secret_probe" not in text
@@ -71,35 +85,14 @@ def test_a_post_body_reaches_the_application_unparsed_by_twisted(tmp_path):
     to (and answers a bare 400 itself when that parse fails); Daphne never reads them, so the
     web server turns it off: a body that is not valid multipart still reaches Django, which
     answers with its own JSON error."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    port = sock.getsockname()[1]
-    log_path = tmp_path / "web.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cardloop.webserver", "--fd", str(sock.fileno())]
-            + ["cardloop.asgi:application"],
-            env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1"),
-            pass_fds=[sock.fileno()],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+    with _web_server(tmp_path / "web.log") as url:
+        answer = httpx.post(
+            f"{url}/lark/cli_unknown_app/callback",
+            content=b"--b\r\nnot a part",
+            headers={"Content-Type": "multipart/form-data"},  # no boundary: not multipart
+            trust_env=False,
+            timeout=30,
         )
-        sock.close()
-        try:
-            wait_until_serving(f"http://127.0.0.1:{port}/healthz", process, log_path)
-            import httpx
-
-            answer = httpx.post(
-                f"http://127.0.0.1:{port}/lark/cli_unknown_app/callback",
-                content=b"--b\r\nnot a part",
-                headers={"Content-Type": "multipart/form-data"},  # no boundary: not multipart
-                trust_env=False,
-                timeout=30,
-            )
-        finally:
-            process.terminate()
-            process.wait(10)
     assert answer.headers["content-type"].startswith("application/json"), answer.text
     assert answer.json()["error"]
 

@@ -253,6 +253,30 @@ async def test_a_revoked_token_whose_close_never_arrived_answers_nothing_and_is_
     assert (await db(Ask.objects.get)(pk=ask.pk)).status == "pending"
 
 
+def _layer_of_capacity_20(settings, backend: str) -> None:
+    """`backend` as the channel layer, each channel holding at most 20 messages (the caller
+    clears `channel_layers.backends` again when done)."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": backend, "CONFIG": {"capacity": 20}}}
+    channel_layers.backends.clear()
+
+
+async def _connected_with_150_held_pushes(panel_user, monkeypatch):
+    """A connected panel (its snapshot read), 150 asks registered for its user, and their
+    pushes held back (`(bot, open_id, message)` each) so the caller can send them as one
+    burst. Returns `(communicator, asks, held pushes)`."""
+    bot, raw, _token = panel_user
+    comm = await connected(raw)
+    await receive(comm)
+    held = []
+    monkeypatch.setattr(panel_presence, "push", lambda b, o, m: held.append((b, o, m)))
+    made = await db(lambda: [register(bot, f"s{i}") for i in range(150)])()
+    monkeypatch.undo()
+    assert len(held) == 150
+    return comm, made, held
+
+
 async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_all(
     panel_user, settings, caplog, monkeypatch
 ):
@@ -264,23 +288,10 @@ async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_al
     from channels.layers import channel_layers
 
     caplog.set_level(logging.INFO, logger="interactions")
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": 20},
-        }
-    }
-    channel_layers.backends.clear()
+    _layer_of_capacity_20(settings, "channels.layers.InMemoryChannelLayer")
     try:
-        bot, raw, _token = panel_user
-        comm = await connected(raw)
-        await receive(comm)
-        # Register 150 asks, holding their pushes back so they arrive as one burst.
-        held = []
-        monkeypatch.setattr(panel_presence, "push", lambda b, o, m: held.append((b, o, m)))
-        made = await db(lambda: [register(bot, f"s{i}") for i in range(150)])()
-        monkeypatch.undo()
-        assert len(held) == 150
+        _bot, raw, _token = panel_user
+        comm, made, held = await _connected_with_150_held_pushes(panel_user, monkeypatch)
         dropped_before = panel_presence.STATS["push_dropped"]
         (consumer,) = [entry[3] for entry in panel_presence.LOCAL.channels.values()]
         async with consumer.lock:
@@ -322,21 +333,9 @@ async def test_a_burst_to_an_idle_panel_reaches_it_whole_past_its_channel_capaci
     order, and none is counted as dropped."""
     from channels.layers import channel_layers
 
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "plumbing.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": 20},
-        }
-    }
-    channel_layers.backends.clear()
+    _layer_of_capacity_20(settings, "plumbing.layers.InMemoryChannelLayer")
     try:
-        bot, raw, _token = panel_user
-        comm = await connected(raw)
-        await receive(comm)
-        held = []
-        monkeypatch.setattr(panel_presence, "push", lambda b, o, m: held.append((b, o, m)))
-        made = await db(lambda: [register(bot, f"s{i}") for i in range(150)])()
-        monkeypatch.undo()
+        comm, made, held = await _connected_with_150_held_pushes(panel_user, monkeypatch)
         dropped_before = panel_presence.STATS["push_dropped"]
         for args in held:  # on this loop, without yielding
             panel_presence.push(*args)
