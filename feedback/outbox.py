@@ -54,6 +54,8 @@ from feedback.envelopes import PRIVATE_FIELDS, envelope, serialize, stable_event
 from feedback.models import Event, OutboxItem, WebhookAttempt, WebhookDestination
 from feedback.webhooks import AttemptResult, Outcome, WebhookRequest
 from plumbing import metrics
+from plumbing.db import transient
+from plumbing.parsers import storable_text
 from plumbing.workqueue import (
     WorkStatus,
     claim_due,
@@ -471,8 +473,56 @@ class OutboxWorker:
             if left <= 0 or not self._collect_finished(done, left):
                 break
         results = [(self.in_flight.pop(f), self._result_of(f)) for f in done]
-        self._record(results)
+        self._settle(results)
         return len(results)
+
+    def _settle(self, results: list[tuple[_InFlight, AttemptResult]]) -> None:
+        """`_record(results)`, tried again once when its transaction failed for a transient
+        reason (a deadlock with another worker's statements, a lost connection). If it still
+        fails, the rows are put back to pending in a transaction of their own (they are tried
+        again: at-least-once; their attempt log is lost), and if even that fails their claims
+        stop being renewed, so `recover_stale` takes them back. A settlement that fails must
+        never leave rows in flight for as long as the worker lives. Never raises."""
+        for attempt in (1, 2):
+            try:
+                self._record(results)
+                return
+            except Exception as exc:  # noqa: BLE001 - logged; the rows must not stay in flight
+                failure = exc
+                if attempt == 1 and transient.is_transient(exc):
+                    continue
+                break
+        log.warning(
+            "outbox: settling %d attempt(s) failed (%s); they are tried again",
+            len(results),
+            type(failure).__name__,
+        )
+        retry_at = self.now() + timedelta(
+            seconds=backoff_delay(1, retry_after_s=None, rng=self.rng)
+        )
+        try:
+            with transaction.atomic():
+                for entry, _result in sorted(results, key=lambda r: r[0].item.pk):
+                    reschedule(
+                        OutboxItem(pk=entry.item.pk),
+                        entry.token,
+                        retry_at,
+                        error=f"settling the attempt failed ({type(failure).__name__})",
+                        last_status_code=None,
+                    )
+        except Exception as exc:  # noqa: BLE001 - logged; the lease's end gives them back
+            log.warning(
+                "outbox: putting %d attempt(s) back failed too (%s); recovered when stale",
+                len(results),
+                type(exc).__name__,
+            )
+        finally:
+            self._drop_settled_claims(results)
+
+    def _drop_settled_claims(self, results: list[tuple[_InFlight, AttemptResult]]) -> None:
+        live = {e.token for e in self.in_flight.values()}
+        for token in {entry.token for entry, _result in results} - live:
+            drop_claim(token)  # every row of that claim is settled
 
     def _collect_finished(self, done: dict, wait: float) -> bool:
         """Add to `done` the in-flight attempts that have finished, waiting up to `wait` s for
@@ -499,7 +549,9 @@ class OutboxWorker:
         """Settle rows (fenced by their claim token) and write their attempt log, in one
         transaction; disable destinations that answered 410."""
         now = self.now()
-        results = list(results)
+        # rows in id order, the order other workers' statements lock them in: settling in
+        # the order attempts finished deadlocked with the lease renewal's UPDATE
+        results = sorted(results, key=lambda r: r[0].item.pk)
         delivered: dict[tuple[str, int | None], list[int]] = {}
         to_disable: dict[int, str] = {}
         attempts = []
@@ -523,8 +575,8 @@ class OutboxWorker:
                         result.duration_ms,
                         result.status_code,
                         str(result.outcome),
-                        result.error[:500],
-                        result.response_excerpt,
+                        storable_text(result.error[:500]),
+                        storable_text(result.response_excerpt),
                     )
                 )
                 if decision.status == WorkStatus.DONE:
@@ -534,11 +586,11 @@ class OutboxWorker:
                         OutboxItem(pk=item.pk),
                         entry.token,
                         decision.next_attempt_at,
-                        error=result.error,
+                        error=storable_text(result.error),
                         last_status_code=result.status_code,
                     )
                 else:
-                    error = result.error
+                    error = storable_text(result.error)
                     if decision.status == WorkStatus.DEAD:
                         error = f"gave up after {item.attempts} attempts; last: {result.error}"
                     settle(
@@ -577,9 +629,7 @@ class OutboxWorker:
             metrics.observe_webhook_attempt(
                 entry.item.destination_id, str(result.outcome), result.duration_ms / 1000
             )
-        live = {e.token for e in self.in_flight.values()}
-        for token in {entry.token for entry, _result in results} - live:
-            drop_claim(token)  # every row of that claim is settled
+        self._drop_settled_claims(results)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -66,6 +66,15 @@ def contains_unstorable(value: Any) -> bool:
     return False
 
 
+def storable_text(text: str) -> str:
+    """`text` with each NUL character and lone surrogate (`UNSTORABLE`) replaced by U+FFFD, for
+    text from outside that Cardloop keeps as a record rather than refuses (a webhook
+    receiver's answer, an error message quoting it). PostgreSQL text cannot hold NUL
+    ("invalid byte sequence", https://www.postgresql.org/docs/current/datatype-character.html)
+    and a lone surrogate cannot be encoded as UTF-8. Pure."""
+    return UNSTORABLE.sub("\ufffd", text)
+
+
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, with two more parse errors (400 `bad_request`) instead of a 500:
     JSON nested deeper than Python's recursion limit (about 1000 levels; `RecursionError`),

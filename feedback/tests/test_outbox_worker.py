@@ -128,6 +128,74 @@ def test_a_worker_whose_claim_was_recovered_cannot_overwrite_the_new_outcome(
     assert WebhookAttempt.objects.filter(outbox_item=item).count() == 2
 
 
+@pytest.mark.usefixtures("webhook_settings", "dns")
+def test_an_answer_with_a_nul_byte_is_logged_with_a_replacement_and_settles_the_batch(
+    receiver, make_destination, emit_event, make_worker
+):
+    """PostgreSQL text cannot hold NUL: a receiver's error body with one must not fail the
+    settlement of the whole batch (which left every row of it in flight)."""
+    make_destination(receiver.url())
+    first, second = emit_event(), emit_event()
+    receiver.reply(Reply(500, body=b"bad\x00body \xff\xfe"), Reply(200))
+    make_worker().run_until_idle()
+    rows = {r.event_id: r for r in OutboxItem.objects.all()}
+    assert {rows[first.pk].status, rows[second.pk].status} == {"pending", "done"}
+    failed = WebhookAttempt.objects.get(status_code=500)
+    assert failed.response_excerpt == "bad\ufffdbody \ufffd\ufffd"
+    assert OutboxItem.objects.filter(status="inflight").count() == 0
+
+
+@pytest.mark.usefixtures("webhook_settings", "dns")
+def test_a_settlement_that_fails_puts_the_rows_back_to_pending_instead_of_in_flight(
+    receiver, make_destination, emit_event, make_worker, monkeypatch, caplog
+):
+    from django.db import DataError
+
+    make_destination(receiver.url())
+    events = [emit_event() for _ in range(3)]
+
+    def refuse(self, rows):
+        raise DataError("refused")
+
+    monkeypatch.setattr(WebhookAttemptQuerySet, "log", refuse)
+    dropped = []
+    monkeypatch.setattr(outbox, "drop_claim", dropped.append)  # the lease stops renewing
+    worker = make_worker()
+    assert worker.claim_and_start(limit=10) == 3
+    while worker.in_flight:
+        worker.tick()
+    assert receiver.count == 3  # the attempts happened
+    rows = list(OutboxItem.objects.filter(event__in=events))
+    assert {(r.status, r.claim_token) for r in rows} == {("pending", "")}
+    assert all("settling the attempt failed (DataError)" in r.last_error for r in rows)
+    assert "they are tried again" in caplog.text
+    assert dropped  # and no claim of theirs is renewed any more
+
+
+@pytest.mark.usefixtures("webhook_settings", "dns")
+def test_a_transient_settlement_failure_is_tried_again_and_recorded(
+    receiver, make_destination, emit_event, make_worker, monkeypatch
+):
+    from django.db import OperationalError
+
+    make_destination(receiver.url())
+    emit_event()
+    real = WebhookAttemptQuerySet.log
+    calls = []
+
+    def deadlock_once(self, rows):
+        calls.append(len(rows))
+        if len(calls) == 1:
+            raise OperationalError("deadlock detected") from ConnectionError("simulated")
+        return real(self, rows)
+
+    monkeypatch.setattr(WebhookAttemptQuerySet, "log", deadlock_once)
+    make_worker().run_until_idle()
+    assert calls == [1, 1]
+    assert OutboxItem.objects.get().status == "done"
+    assert WebhookAttempt.objects.count() == 1
+
+
 def test_settle_many_only_touches_rows_that_still_carry_the_token(
     make_destination, emit_event, clock
 ):
