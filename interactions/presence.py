@@ -270,18 +270,22 @@ async def _send_local(layer, members: list[tuple[str, Receiver | None]], event: 
     channel_names = [name for name, _receiver in members]
     if event.get("type") == "panel.push":
         shared = deepcopy(event)  # receivers read it only; the caller's dict stays its own
-        queued, failed = [], 0
+        queued, failed = [], []
         for name, receiver in members:
             if receiver is None or not receiver.takes_push_now():
                 queued.append(name)
                 continue
             try:
                 await receiver.push_now(shared)
-            except Exception:  # noqa: BLE001 - one panel must not cost the others their push
-                failed += 1
+            except Exception as exc:  # noqa: BLE001 - one panel must not cost the others
+                failed.append(type(exc).__name__)
         if failed:
-            STATS["push_failed"] += failed
-            log.warning("panel push failed on %d panel(s); they resync", failed)
+            STATS["push_failed"] += len(failed)
+            log.warning(
+                "panel push failed on %d panel(s) (%s); they resync",
+                len(failed),
+                ", ".join(sorted(set(failed))),
+            )
         channel_names = queued
         if not channel_names:
             return

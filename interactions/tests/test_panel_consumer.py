@@ -239,7 +239,7 @@ def in_memory_layer(settings):
 
 
 async def test_a_push_that_fails_on_a_panel_closes_it_with_1011_and_the_others_still_get_it(
-    token, no_asks, in_memory_layer
+    token, no_asks, in_memory_layer, caplog
 ):
     """On the in-memory layer, a failed direct push may leave the panel's bookkeeping saying
     the client has the frame: the socket is closed (the client reconnects to a fresh
@@ -266,5 +266,6 @@ async def test_a_push_that_fails_on_a_panel_closes_it_with_1011_and_the_others_s
     got = [c for c, out in outputs.items() if out.get("text") == json.dumps(message)]
     assert len(closed) == 1 and outputs[closed[0]]["code"] == 1011 and len(got) == 1
     assert panel_presence.STATS["push_failed"] == failed_before + 1
+    assert "panel push failed on 1 panel(s) (RuntimeError)" in caplog.text  # which error
     for comm in (broken, fine):
         await comm.disconnect(timeout=10)
