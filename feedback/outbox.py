@@ -559,6 +559,7 @@ class OutboxWorker:
             skip_flush_wait()  # a settlement lost in an OS crash only means one more attempt
             for entry, result in results:
                 item = entry.item
+                error = storable_text(result.error)  # receiver text may hold a NUL
                 decision = decide(
                     result,
                     attempts=item.attempts,
@@ -575,7 +576,7 @@ class OutboxWorker:
                         result.duration_ms,
                         result.status_code,
                         str(result.outcome),
-                        storable_text(result.error[:500]),
+                        error[:500],
                         storable_text(result.response_excerpt),
                     )
                 )
@@ -586,13 +587,12 @@ class OutboxWorker:
                         OutboxItem(pk=item.pk),
                         entry.token,
                         decision.next_attempt_at,
-                        error=storable_text(result.error),
+                        error=error,
                         last_status_code=result.status_code,
                     )
                 else:
-                    error = storable_text(result.error)
                     if decision.status == WorkStatus.DEAD:
-                        error = f"gave up after {item.attempts} attempts; last: {result.error}"
+                        error = f"gave up after {item.attempts} attempts; last: {error}"
                     settle(
                         OutboxItem(pk=item.pk),
                         entry.token,
