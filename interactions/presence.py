@@ -32,7 +32,7 @@ import threading
 from collections import Counter
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -149,6 +149,15 @@ class Receiver(Protocol):
         """Deliver `event` (a `panel.push`, read only) to the panel."""
 
 
+class _Live(NamedTuple):
+    """One live consumer of this process (`LocalChannels.channels`)."""
+
+    group: str
+    loop: asyncio.AbstractEventLoop
+    task: asyncio.Task | None
+    receiver: Receiver | None
+
+
 class _Local:
     """Live consumers of this process: channel_name → (group, event loop, the consumer's task,
     its `Receiver` or None), and per group its channels with their loops (so a push finds its
@@ -159,9 +168,7 @@ class _Local:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.channels: dict[
-            str, tuple[str, asyncio.AbstractEventLoop, asyncio.Task | None, Receiver | None]
-        ] = {}
+        self.channels: dict[str, _Live] = {}
         self.groups: dict[str, dict[str, asyncio.AbstractEventLoop]] = {}
         self.heartbeats: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
 
@@ -171,7 +178,7 @@ class _Local:
         loop = asyncio.get_running_loop()
         with self.lock:
             self._forget(channel_name)
-            self.channels[channel_name] = (group, loop, asyncio.current_task(), receiver)
+            self.channels[channel_name] = _Live(group, loop, asyncio.current_task(), receiver)
             self.groups.setdefault(group, {})[channel_name] = loop
             task = self.heartbeats.get(loop)
             if task is None or task.done():
@@ -181,11 +188,11 @@ class _Local:
         """Drop `channel_name` from both maps (the caller holds the lock); its entry or None."""
         entry = self.channels.pop(channel_name, None)
         if entry is not None:
-            members = self.groups.get(entry[0])
+            members = self.groups.get(entry.group)
             if members is not None:
                 members.pop(channel_name, None)
                 if not members:
-                    del self.groups[entry[0]]
+                    del self.groups[entry.group]
         return entry
 
     def detach(self, channel_name: str) -> None:
@@ -193,8 +200,8 @@ class _Local:
             entry = self._forget(channel_name)
             if entry is None:
                 return
-            loop = entry[1]
-            if not any(e[1] is loop for e in self.channels.values()):
+            loop = entry.loop
+            if not any(e.loop is loop for e in self.channels.values()):
                 task = self.heartbeats.pop(loop, None)
                 if task is not None and task is not asyncio.current_task():
                     task.cancel()
@@ -202,12 +209,12 @@ class _Local:
     def on_loop(self, loop) -> list[str]:
         """The live channels served on `loop`; forgets channels whose consumer task ended."""
         with self.lock:
-            gone = [n for n, e in self.channels.items() if e[2] is not None and e[2].done()]
+            gone = [n for n, e in self.channels.items() if e.task is not None and e.task.done()]
         for name in gone:
             log.info("panel presence: a consumer ended without its disconnect step")
             self.detach(name)
         with self.lock:
-            return [name for name, e in self.channels.items() if e[1] is loop]
+            return [name for name, e in self.channels.items() if e.loop is loop]
 
     def in_group(
         self, group: str
@@ -217,7 +224,7 @@ class _Local:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[str, Receiver | None]]] = {}
         with self.lock:
             for name, loop in self.groups.get(group, {}).items():
-                by_loop.setdefault(loop, []).append((name, self.channels[name][3]))
+                by_loop.setdefault(loop, []).append((name, self.channels[name].receiver))
         return by_loop
 
 

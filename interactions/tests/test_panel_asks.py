@@ -293,7 +293,7 @@ async def test_a_burst_over_channel_capacity_is_dropped_and_the_resync_has_it_al
         _bot, raw, _token = panel_user
         comm, made, held = await _connected_with_150_held_pushes(panel_user, monkeypatch)
         dropped_before = panel_presence.STATS["push_dropped"]
-        (consumer,) = [entry[3] for entry in panel_presence.LOCAL.channels.values()]
+        (consumer,) = [entry.receiver for entry in panel_presence.LOCAL.channels.values()]
         async with consumer.lock:
             for args in held:  # on this loop, without yielding: the consumer reads none
                 panel_presence.push(*args)

@@ -249,7 +249,7 @@ async def test_a_push_that_fails_on_a_panel_closes_it_with_1011_and_the_others_s
     for comm in (broken, fine):
         await comm.connect()
         assert (await receive(comm))["type"] == "snapshot"
-    consumers = [entry[3] for entry in panel_presence.LOCAL.channels.values()]
+    consumers = [entry.receiver for entry in panel_presence.LOCAL.channels.values()]
     assert len(consumers) == 2
 
     async def failing(_message):
