@@ -12,8 +12,10 @@
   layer within one process). Best effort by design: the ASGI spec lets a group send drop
   silently past a channel's capacity, and a client may be reconnecting at that moment; panels
   resync with the database (`interactions.panels.service`), so a lost push only delays one.
-  On the in-memory layer a push reaches each idle consumer of this process directly (its
-  `Receiver` methods), without a layer message per panel; see `_send_local`.
+  A push reaches each idle consumer of this process directly (its `Receiver` methods),
+  without a layer message per panel (`_send_local`). On the in-memory layer that happens at
+  once; on a layer shared by processes (Redis) the *process* is the group's member, through
+  one layer channel per event loop (`FANOUT`), and fans the one message out to its panels.
 
 Asks push through this module; the panel protocol (authentication, snapshots, answers) is
 `interactions.panels.service`.
@@ -29,6 +31,7 @@ import os
 import secrets
 import socket
 import threading
+import weakref
 from collections import Counter
 from copy import deepcopy
 from dataclasses import dataclass
@@ -231,12 +234,163 @@ class _Local:
 LOCAL = _Local()
 
 
+# ---------------------------------------------------------------------------------------------
+# One layer channel per process and event loop (layers shared by processes: Redis)
+# ---------------------------------------------------------------------------------------------
+
+#: Key of a fanned-out event that names the group it was sent to (removed before delivery).
+GROUP_KEY = "cardloop_group"
+
+
+def fans_out(layer) -> bool:
+    """Whether pushes on `layer` go through this process's fan-out channel (`FANOUT`): every
+    layer but the in-memory one, which reaches only this process anyway (`group_send` then
+    hands the event to the consumers' loops itself)."""
+    return layer is not None and not isinstance(layer, InMemoryChannelLayer)
+
+
+class _Fanout:
+    """This process's member of the panel groups, one per event loop, on a layer shared by
+    processes (Redis).
+
+    With each consumer in its user's group, a push to 1000 panels of one user was 1000 layer
+    messages, and channels_redis receives each through its process-wide loop (four Redis
+    round trips per message: cleanup script, BZPOPMIN, backup ZADD, backup ZPOPMIN), so the
+    fan-out cost grew with a large constant per panel. Instead the process's channel (a
+    "specific" channel of the layer, received by the same per-process loop) joins the group
+    while the process has a panel of that user on this loop; a group send is one message per
+    process, and `_listen` delivers it to the local panels (`_send_local`: straight to each
+    idle consumer).
+
+    Membership: `join` adds the channel to the group on every connect (a Redis ZADD, which
+    also renews channels_redis's `group_expiry`); `leave` discards it once the loop has no
+    panel of that group left, then adds it again if a panel of that group connected while the
+    discard was on its way (so a join racing the last leave never ends outside the group).
+    The heartbeat renews the memberships of long-lived panels before `group_expiry`. The
+    listener runs while the loop has panels and retries, with a growing pause (at most 5 s),
+    when the layer's receive fails (Redis restarting)."""
+
+    def __init__(self) -> None:
+        # weak: a finished loop (tests run one per test) leaves no entry behind
+        self.channels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.renewed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.listeners: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
+
+    async def channel(self, layer) -> str:
+        """This loop's fan-out channel name (created once per loop and kept: the groups name
+        it); starts its listener if it is not running. Call from the loop's own task."""
+        loop = asyncio.get_running_loop()
+        name = self.channels.get(loop)
+        if name is None:
+            name = self.channels[loop] = await layer.new_channel()
+        task = self.listeners.get(loop)
+        if task is None or task.done():
+            self.listeners[loop] = loop.create_task(_listen(layer, name, loop))
+        return name
+
+    def stop_if_idle(self, loop) -> None:
+        """Stop `loop`'s listener once no panel of this process is served on it (a loop that
+        ends must not keep a receive of the layer waiting)."""
+        if any(e.loop is loop for e in LOCAL.channels.values()):
+            return
+        task = self.listeners.pop(loop, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def renew(self, layer, loop) -> None:
+        """Add the loop's channel to every group it serves again once a quarter of the
+        layer's `group_expiry` (channels_redis: 86 400 s) has passed since the last renewal,
+        so a panel connected for days stays in its group."""
+        name = self.channels.get(loop)
+        if name is None:
+            return
+        every = getattr(layer, "group_expiry", 86400) / 4
+        now = loop.time()
+        last = self.renewed.setdefault(loop, now)
+        if now - last < every:
+            return
+        self.renewed[loop] = now
+        with LOCAL.lock:
+            groups = {e.group for e in LOCAL.channels.values() if e.loop is loop}
+        for group in groups:
+            await layer.group_add(group, name)
+
+
+FANOUT = _Fanout()
+
+
+async def join(layer, group: str, channel_name: str, receiver: Receiver | None) -> None:
+    """A consumer's panel on `channel_name` joins `group` (call from its own task once its
+    socket is accepted, before reading its snapshot). On the in-memory layer the consumer's
+    channel joins the group; on a shared layer this process's fan-out channel does (`_Fanout`).
+    Raises what the layer raises (the consumer then fails its connect, as before)."""
+    LOCAL.attach(channel_name, group, receiver)
+    if fans_out(layer):
+        await layer.group_add(group, await FANOUT.channel(layer))
+    else:
+        await layer.group_add(group, channel_name)
+
+
+async def leave(layer, group: str, channel_name: str) -> None:
+    """The panel on `channel_name` leaves `group` (idempotent; see `join`). Raises what the
+    layer raises; the membership then expires with the layer's `group_expiry`."""
+    loop = asyncio.get_running_loop()
+    LOCAL.detach(channel_name)
+    if not fans_out(layer):
+        await layer.group_discard(group, channel_name)
+        return
+    name = FANOUT.channels.get(loop)
+    try:
+        if name is not None and not _serves(group, loop):
+            await layer.group_discard(group, name)
+            if _serves(group, loop):  # a panel of the group connected meanwhile
+                await layer.group_add(group, name)
+    finally:
+        FANOUT.stop_if_idle(loop)
+
+
+def _serves(group: str, loop) -> bool:
+    """Whether a live panel of `group` is served on `loop`."""
+    return loop in LOCAL.in_group(group)
+
+
+async def _listen(layer, channel_name: str, loop) -> None:
+    """`loop`'s fan-out listener: each event received on `channel_name` goes to the panels of
+    the group it names (`GROUP_KEY`) served on this loop, in arrival order."""
+    failures = 0
+    while True:
+        try:
+            event = await layer.receive(channel_name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the layer comes back; panels resync meanwhile
+            STATS["fanout_receive_failed"] += 1
+            log.warning(
+                "panel fan-out: the channel layer's receive failed (%s); retrying",
+                type(exc).__name__,
+            )
+            await asyncio.sleep(min(5.0, 0.25 * 2**failures))
+            failures += 1
+            continue
+        failures = 0
+        group = event.pop(GROUP_KEY, None)
+        members = LOCAL.in_group(group).get(loop) if isinstance(group, str) else None
+        if not members:
+            continue  # its panels left meanwhile
+        try:
+            await _send_local(layer, members, event)
+        except Exception as exc:  # noqa: BLE001 - the next event must still be delivered
+            STATS["push_failed"] += 1
+            log.warning("panel push failed: %s", type(exc).__name__)
+
+
 async def _heartbeat(loop) -> None:
     """Refresh this loop's presence rows every `heartbeat_interval()` s while it has panels."""
     while True:
         await asyncio.sleep(heartbeat_interval())
         names = LOCAL.on_loop(loop)
         if not names:
+            FANOUT.stop_if_idle(loop)
             return
         try:
             await database_sync_to_async(refresh)(names)
@@ -244,6 +398,14 @@ async def _heartbeat(loop) -> None:
             raise
         except Exception:  # noqa: BLE001 - a failed refresh is retried next beat
             log.warning("panel presence refresh failed", exc_info=True)
+        layer = get_channel_layer()
+        if fans_out(layer):
+            try:
+                await FANOUT.renew(layer, loop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried next beat (the mark moved on)
+                log.warning("panel group renewal failed: %s", type(exc).__name__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +491,9 @@ def push(bot: Bot, open_id: str, message: dict[str, Any]) -> None:
     callback pool), and from there straight to each consumer's send path when it is idle
     (`_send_local`); a full channel is counted in `STATS["push_dropped"]` and logged. With
     Redis it is a `group_send` to `group_for(bot, open_id)` (over capacity, channels-redis
-    logs "channels over capacity"), which reaches every consumer of the group, this
-    process's included, through its channel once.
+    logs "channels over capacity"), whose members are the fan-out channels of the processes
+    serving that user's panels (`_Fanout`): one message per process, delivered there to its
+    panels as above.
 
     The message is encoded to its JSON text here, once, and travels with the dict as the
     event's `"text"`: every panel sends that text rather than encoding the same dict again
@@ -373,6 +536,7 @@ def group_send(bot: Bot, open_id: str, event: dict[str, Any]) -> None:
                 _pending.add(task)
                 task.add_done_callback(_log_failure)
             return
+        event = {**event, GROUP_KEY: group}  # for the receiving processes' `_listen`
         if running is not None:
             task = running.create_task(layer.group_send(group, event))
             _pending.add(task)

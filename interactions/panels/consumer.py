@@ -87,8 +87,7 @@ class PanelConsumer(AsyncWebsocketConsumer):
             return
         self.group = presence.group_for(self.user.bot, self.user.open_id)
         # Join the group before reading the snapshot, so nothing committed in between is missed.
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        presence.LOCAL.attach(self.channel_name, self.group, self)
+        await presence.join(self.channel_layer, self.group, self.channel_name, self)
         await database_sync_to_async(presence.register)(self.user, self.channel_name)
         async with self.lock:
             await self._snapshot(await database_sync_to_async(panels.open_messages)(self.user))
@@ -105,10 +104,9 @@ class PanelConsumer(AsyncWebsocketConsumer):
         if self.user is None or not self.group:
             return
         group, self.group = self.group, ""
-        presence.LOCAL.detach(self.channel_name)
         try:
             await asyncio.wait_for(
-                self.channel_layer.group_discard(group, self.channel_name), timeout=2
+                presence.leave(self.channel_layer, group, self.channel_name), timeout=2
             )
         except (Exception, TimeoutError) as exc:  # noqa: BLE001 - expires with group_expiry
             log.warning("panel could not leave its group (%s); it expires", type(exc).__name__)

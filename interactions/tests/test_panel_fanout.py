@@ -1,0 +1,149 @@
+"""Panels on the Redis channel layer (`@pytest.mark.redis`): the process, not each panel, is
+the member of a user's group (`presence._Fanout`), so a push to many panels of one user is one
+layer message per process, delivered here to every panel once; the membership follows the
+process's panels through joins and leaves racing each other, a failed receive and the
+layer's group expiry. Real ASGI application, real Redis, no mocks but the seams named."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.layers import get_channel_layer
+
+from interactions import presence
+from interactions.tests.panel_helpers import *  # noqa: F403
+from interactions.tests.panel_helpers import REQUESTER, communicator, receive
+
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+CANCEL = {"type": "ask_user_questions_cancelled", "requestId": "ask_fan", "reason": "timeout"}
+
+
+@pytest.fixture
+def no_asks(monkeypatch):
+    from interactions.panels import service as panels
+
+    monkeypatch.setattr(panels, "open_messages", lambda user: [])
+
+
+async def _members(group: str) -> dict[str, float]:
+    """The Redis members of `group` (channel name → score, the time it was last added)."""
+    layer = get_channel_layer()
+    connection = layer.connection(layer.consistent_hash(group))
+    rows = await connection.zrange(layer._group_key(group), 0, -1, withscores=True)
+    return {name.decode(): score for name, score in rows}
+
+
+async def _connected(raw: str):
+    comm = communicator(raw=raw)
+    connected, _ = await comm.connect()
+    assert connected
+    assert (await receive(comm))["type"] == "snapshot"
+    return comm
+
+
+async def _push_and_expect(bot, comms) -> None:
+    """Push CANCEL to the user; each of `comms` gets it exactly once."""
+    presence.push(bot, REQUESTER, CANCEL)
+    for comm in comms:
+        assert await receive(comm) == CANCEL
+    for comm in comms:
+        assert await comm.receive_nothing(0.3)
+
+
+async def test_a_users_panels_in_one_process_are_one_group_member_and_each_gets_a_push_once(
+    panel_user, no_asks
+):
+    bot, raw, _token = panel_user
+    comms = [await _connected(raw) for _ in range(3)]
+    group = presence.group_for(bot, REQUESTER)
+    fanout = presence.FANOUT.channels[asyncio.get_running_loop()]
+    assert list(await _members(group)) == [fanout]
+    assert not {c for c in presence.LOCAL.groups[group]} & set(await _members(group))
+
+    await _push_and_expect(bot, comms)
+    for comm in comms:
+        await comm.disconnect()
+
+
+async def test_the_process_leaves_the_group_with_its_last_panel_only(panel_user, no_asks):
+    bot, raw, _token = panel_user
+    first, second = await _connected(raw), await _connected(raw)
+    group = presence.group_for(bot, REQUESTER)
+    loop = asyncio.get_running_loop()
+
+    await first.disconnect()
+    assert list(await _members(group)) == [presence.FANOUT.channels[loop]]
+    await _push_and_expect(bot, [second])
+
+    await second.disconnect()
+    assert await _members(group) == {}
+    await asyncio.sleep(0)
+    assert loop not in presence.FANOUT.listeners
+
+
+async def test_a_panel_joining_while_the_last_one_leaves_stays_in_the_group(
+    panel_user, no_asks, monkeypatch
+):
+    """The last panel's discard reaches Redis after a new panel's add: the leave sees the new
+    panel and adds the process back, so the new panel still gets pushes."""
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    leaving = await _connected(raw)
+    discard_started, new_panel_in = asyncio.Event(), asyncio.Event()
+    real_discard = layer.group_discard
+
+    async def late_discard(group, channel):
+        discard_started.set()
+        await new_panel_in.wait()
+        await real_discard(group, channel)
+
+    monkeypatch.setattr(layer, "group_discard", late_discard)
+    disconnecting = asyncio.ensure_future(leaving.disconnect())
+    await asyncio.wait_for(discard_started.wait(), 5)
+    joined = await _connected(raw)
+    new_panel_in.set()
+    await disconnecting
+
+    group = presence.group_for(bot, REQUESTER)
+    assert list(await _members(group)) == [presence.FANOUT.channels[asyncio.get_running_loop()]]
+    await _push_and_expect(bot, [joined])
+    await joined.disconnect()
+
+
+async def test_the_fanout_listener_survives_a_failed_receive(panel_user, no_asks, monkeypatch):
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    real_receive = layer.receive
+    failures = []
+
+    async def flaky_receive(channel):
+        if channel in presence.FANOUT.channels.values() and not failures:
+            failures.append(channel)
+            raise ConnectionError("Connection reset by peer")
+        return await real_receive(channel)
+
+    monkeypatch.setattr(layer, "receive", flaky_receive)
+    before = presence.STATS["fanout_receive_failed"]
+    comm = await _connected(raw)
+    await _push_and_expect(bot, [comm])
+    assert failures and presence.STATS["fanout_receive_failed"] == before + 1
+    await comm.disconnect()
+
+
+async def test_the_heartbeat_renews_the_membership_before_the_group_expires(
+    panel_user, no_asks, monkeypatch, settings
+):
+    """channels_redis drops a member not added again within `group_expiry`: a panel
+    connected that long must stay reachable."""
+    bot, raw, _token = panel_user
+    settings.CARDLOOP_PANEL_HEARTBEAT = 0.2
+    monkeypatch.setattr(get_channel_layer(), "group_expiry", 2)  # renewed every 0.5 s
+    comm = await _connected(raw)
+    group = presence.group_for(bot, REQUESTER)
+    (added,) = (await _members(group)).values()
+    await asyncio.sleep(1.5)
+    (renewed,) = (await _members(group)).values()
+    assert renewed > added
+    await comm.disconnect()
