@@ -57,6 +57,28 @@ def _statement(model: type[Model]) -> tuple[str, list]:
     return cached
 
 
+def insert_statement(model: type[Model]) -> tuple[str, list[str]]:
+    """`INSERT INTO <table> (<columns>) VALUES (%s, …) RETURNING <pk>` of `model` (every
+    concrete field but the auto primary key, quoted for this database) and those columns'
+    quoted names, in the order `insert_values` gives the values. Built once per model."""
+    sql, fields = _statement(model)
+    quote = connection.ops.quote_name
+    return sql, [quote(f.column) for f in fields]
+
+
+def insert_values(obj: Model) -> list[Any] | None:
+    """The values `insert_row` writes for the new instance `obj`, in `insert_statement`'s
+    column order (`pre_save(obj, add=True)`, then `get_db_prep_save`); None when one of them
+    is an expression (a `db_default`, `F()`, `Now()`), which only `save()` can write."""
+    values = []
+    for f in _statement(type(obj))[1]:
+        value = f.pre_save(obj, True)
+        if hasattr(value, "resolve_expression"):
+            return None
+        values.append(f.get_db_prep_save(value, connection))
+    return values
+
+
 def insert_row(obj: Model) -> Model:
     """INSERT `obj` (a new instance with an auto primary key) in the caller's transaction and
     return it with its `pk` set, saved. Raises the database's IntegrityError like `save()`.
@@ -73,14 +95,11 @@ def insert_row(obj: Model) -> Model:
     ):
         obj.save(force_insert=True)
         return obj
-    sql, fields = _statement(type(obj))
-    values = []
-    for f in fields:
-        value = f.pre_save(obj, True)
-        if hasattr(value, "resolve_expression"):  # DatabaseDefault, F(), Now() …
-            obj.save(force_insert=True)
-            return obj
-        values.append(f.get_db_prep_save(value, connection))
+    sql, _fields = _statement(type(obj))
+    values = insert_values(obj)
+    if values is None:  # DatabaseDefault, F(), Now() …
+        obj.save(force_insert=True)
+        return obj
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         (pk,) = cursor.fetchone()
