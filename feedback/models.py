@@ -345,8 +345,12 @@ class RevisionQuerySet(InsertQuerySet):
         The foreign keys are checked at commit (deferred), after all three rows exist.
         SQLite (statements there cost a tenth as much; data-modifying CTEs do not exist): the
         three statements."""
-        values = insert_values(revision)
-        if connection.vendor != "postgresql" or revision.pk is not None or values is None:
+        values = (
+            insert_values(revision)
+            if connection.vendor == "postgresql" and revision.pk is None
+            else None
+        )
+        if values is None:
             self.insert(revision)
             LatestFeedback.objects.move_to(revision)
             Delivery.objects.set_current_revision(delivery, revision)
