@@ -377,8 +377,9 @@ class CardUpdateQuerySet(models.QuerySet):
         worker that holds the card, `worker.return_to_pending`), `ON CONFLICT` on the
         one-pending-update-per-card index `DO NOTHING`. Every feedback click enqueues the new
         state of its card, almost always for a card with nothing pending; the lookup and the
-        insert as two statements (with a `CardEntity` built from the first) cost about
-        0.15–0.2 ms of CPU more per click (bench/README.md)."""
+        insert as two statements (with a `CardEntity` built from the first) took the
+        click's enqueue 0.42 ms of CPU on SQLite and 0.61 ms on PostgreSQL, this one
+        0.25–0.34 and 0.36–0.41 ms (in one process, the same clicks before and after)."""
         lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
         return insert_row_from(
             update,
