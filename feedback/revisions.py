@@ -55,7 +55,7 @@ from django.utils.translation import gettext_lazy as _
 from feedback import answer_channels
 from feedback import cards as feedback_cards
 from feedback.events import emit_feedback_revised
-from feedback.models import Delivery, LatestFeedback, Revision
+from feedback.models import Delivery, Revision
 from interactions.callbacks import registry
 from interactions.cardqueue import service as cards
 
@@ -269,14 +269,16 @@ def _append(
     key: str,
     previous: Revision | None,
 ) -> Revision:
-    """Insert revision n+1 of `operator`'s chain (caller's transaction, delivery row locked).
+    """Insert revision n+1 of `operator`'s chain (caller's transaction, delivery row locked);
+    it becomes the operator's latest feedback and the delivery's current revision in the
+    same write (`Revision.objects.append`).
 
     No savepoint: every writer of a delivery's revisions holds its row lock (`_find`; SQLite
     has one writer anyway) and has already looked up the callback key and
     the chain under it, so the unique columns (`callback_key`; delivery, operator, revision)
     cannot be taken by a concurrent click. If they were, IntegrityError rolls the whole click
     back and the dispatcher answers an error toast — nothing half-written."""
-    return Revision.objects.insert(
+    return Revision.objects.append(
         Revision(
             revision_id=f"fb_{uuid.uuid4().hex}",
             delivery=delivery,
@@ -290,16 +292,15 @@ def _append(
             supersedes=previous,
             source=Revision.Source.CARD,
             created_at=timezone.now(),
-        )
+        ),
+        delivery,
     )
 
 
 def _move_forward(delivery: Delivery, revision: Revision) -> None:
-    """A new revision becomes the operator's latest feedback and the delivery's current
-    revision; its `feedback.revised` event and the card's repaint are queued (caller's
-    transaction)."""
-    LatestFeedback.objects.move_to(revision)
-    Delivery.objects.set_current_revision(delivery, revision)
+    """A new revision (already the operator's latest feedback and the delivery's current
+    revision, `_append`): its `feedback.revised` event and the card's repaint are queued
+    (caller's transaction)."""
     emit_feedback_revised(revision)
     repaint(delivery)
 

@@ -26,7 +26,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, HashedToken, HashedTokenQuerySet
 from interactions.panel_timing import presence_ttl
-from plumbing.db.rows import insert_row, quoted_table, select_one
+from plumbing.db.rows import insert_row, insert_row_from, quoted_table, select_one
 from plumbing.workqueue import WorkItem, WorkStatus
 
 
@@ -365,6 +365,32 @@ class CardUpdateQuerySet(models.QuerySet):
         that changes a card inserts one; `save()`'s generic path cost more CPU than the
         statement (bench/README.md: −0.55 ms of CPU a click for the click's four inserts)."""
         return insert_row(update)
+
+    def insert_first_pending(self, update: CardUpdate, bot: Bot, card_id: str) -> CardUpdate | None:
+        """INSERT the new `update` as the pending update of `bot`'s CardKit entity `card_id`
+        when that card has none, in the caller's transaction; returns it saved (`card_id` set
+        to the entity's row id), or None when the card has a pending update already or `bot`
+        has no such entity (the caller then takes `locked_with_pending`'s path, which merges).
+
+        Hand-written, one statement: `INSERT … SELECT` from the entity row, locked (PostgreSQL:
+        `FOR UPDATE OF`, as `locked_with_pending` locks it, so an enqueue still waits for a
+        worker that holds the card, `worker.return_to_pending`), `ON CONFLICT` on the
+        one-pending-update-per-card index `DO NOTHING`. Every feedback click enqueues the new
+        state of its card, almost always for a card with nothing pending; the lookup and the
+        insert as two statements (with a `CardEntity` built from the first) took the
+        click's enqueue 0.42 ms of CPU on SQLite and 0.61 ms on PostgreSQL, this one
+        0.25–0.34 and 0.36–0.41 ms (in one process, the same clicks before and after)."""
+        lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
+        return insert_row_from(
+            update,
+            "card",
+            "e.id",
+            f"FROM {quoted_table(CardEntity)} e "  # noqa: S608 - our table name
+            # NOT (card_id = ''): the partial unique index's condition (`card_entity_card_id`)
+            f"WHERE e.bot_id = %s AND e.card_id = %s AND NOT (e.card_id = ''){lock}",
+            [bot.pk, card_id],
+            conflict=f"ON CONFLICT (card_id) WHERE status = '{WorkStatus.PENDING}' DO NOTHING",
+        )
 
     def release_holds(self, tokens: list[str]) -> int:
         """Make the pending updates held by any of `tokens` due now (their callbacks' answers

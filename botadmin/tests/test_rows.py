@@ -124,3 +124,41 @@ def test_select_one_without_a_row_is_none_and_without_the_primary_key_refuses(ma
     insert_row(InboundEvent(bot=bot, event_id="evt_rows_3", received_at=timezone.now()))
     with pytest.raises(ValueError, match="primary key"):
         select_one(InboundEvent, f"SELECT event_id FROM {table}", [])  # noqa: S608
+
+
+def test_first_pending_update_is_inserted_from_the_card_row_like_one_the_orm_saved(make_bot):
+    bot = make_bot()
+    first, second = (cards.register_card(bot, card_id=f"735522222222222222{i}") for i in (1, 2))
+    due = timezone.now() + timedelta(seconds=3)
+    values = dict(
+        card_json=None,
+        elements={"fb_status": {"tag": "markdown", "content": '已记录 ✓ "quoted" %s'}},
+        next_attempt_at=due,
+        hold_token="b" * 32,
+    )
+    fast = CardUpdate.objects.insert_first_pending(CardUpdate(**values), bot, first.card_id)
+    orm = CardUpdate.objects.create(card=second, **values)
+    assert fast is not None and fast.pk != orm.pk and fast.card_id == first.pk
+    assert not fast._state.adding
+    a, b = _stored(CardUpdate, fast.pk), _stored(CardUpdate, orm.pk)
+    for row in (a, b):
+        for column in ("id", "updated_at", "created_at"):
+            row.pop(column)
+    assert (a.pop("card_id"), b.pop("card_id")) == (first.pk, second.pk)
+    assert a == b
+
+
+def test_no_first_pending_update_for_a_card_with_one_pending_or_an_unknown_card(make_bot):
+    bot, other = make_bot(), make_bot(app_id="cli_other_app")
+    card = cards.register_card(bot, card_id="7355333333333333331")
+    pending = CardUpdate.objects.create(card=card, elements={"fb_a": {"tag": "hr"}})
+    new = dict(elements={"fb_b": {"tag": "hr"}})
+    assert CardUpdate.objects.insert_first_pending(CardUpdate(**new), bot, card.card_id) is None
+    assert CardUpdate.objects.insert_first_pending(CardUpdate(**new), other, card.card_id) is None
+    assert CardUpdate.objects.insert_first_pending(CardUpdate(**new), bot, "") is None
+    assert list(CardUpdate.objects.values_list("pk", flat=True)) == [pending.pk]
+    # once the pending one was taken by a worker, the card may have a new pending update
+    CardUpdate.objects.filter(pk=pending.pk).update(status="inflight")
+    fresh = CardUpdate.objects.insert_first_pending(CardUpdate(**new), bot, card.card_id)
+    assert fresh is not None and fresh.card_id == card.pk
+    assert CardUpdate.objects.get(pk=fresh.pk).elements == new["elements"]

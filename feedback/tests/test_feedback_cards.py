@@ -271,3 +271,27 @@ def test_area_state_leaves_out_hidden_semantics_and_localizes_labels():
         state = cards.area_state(p, "del_1", None)
     assert {b.semantic for b in state.buttons} <= {"positive", "negative"}
     assert all(b.label == f"EN {b.key}" for b in state.buttons)
+
+
+@pytest.mark.parametrize(("policy_name", "choice_name"), list(itertools.product(POLICIES, CHOICES)))
+def test_the_cached_area_is_the_area_rendered_for_each_delivery_and_revision(
+    policy_name, choice_name
+):
+    snapshot, choice = POLICIES[policy_name], CHOICES[choice_name]
+    for delivery_id in ("del_" + "a" * 32, 'del_"quoted"\\ 好'):
+        area = cards.feedback_area(snapshot, delivery_id, choice)
+        assert area == cards._render_area(snapshot, delivery_id, choice)
+        again = cards.feedback_area(snapshot, delivery_id, choice)
+        assert again == area and again is not area
+        again[cards.STATUS]["content"] = "changed by one caller"  # never seen by the next
+        assert cards.feedback_area(snapshot, delivery_id, choice) == area
+
+
+def test_the_area_does_not_show_the_snapshot_keys_its_cache_leaves_out():
+    choice = CHOICES["negative"]
+    base = cards._render_area(POLICIES["defaults"], "del_x", choice)
+    for key in cards._NOT_RENDERED:
+        for value in (None, ["ou_someone_else"], "oc_other_chat", "not_final"):
+            changed = policy(**{key: value})
+            assert cards._render_area(changed, "del_x", choice) == base, key
+            assert cards.feedback_area(changed, "del_x", choice) == base, key

@@ -462,6 +462,22 @@ def _enqueue(
     # joins the caller's transaction without a savepoint (nothing here is caught and retried:
     # an error rolls the caller back with it); on its own it is one transaction
     with transaction.atomic(savepoint=False):
+        if isinstance(card, tuple) and version is None:
+            # the click's path: one statement when the card has no pending update (the usual
+            # case), else the lookup below, which merges into the pending one
+            now = timezone.now()
+            inserted = CardUpdate.objects.insert_first_pending(
+                CardUpdate(
+                    card_json=card_json,
+                    elements=elements,
+                    renderer=renderer,
+                    next_attempt_at=now + HOLD_FALLBACK if held else now,
+                    hold_token=hold.token if held else "",
+                ),
+                *card,
+            )
+            if inserted is not None:
+                return inserted
         # one statement: the card, locked, and the id of its pending update if there is one
         locked = CardEntity.objects.locked_with_pending(card)
         if locked is None:

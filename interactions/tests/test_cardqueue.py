@@ -697,3 +697,57 @@ def test_holds_released_together_become_due_in_one_statement_and_never_later(ent
     assert not CardUpdate.objects.exclude(hold_token="").exists()
     assert CardUpdate.objects.get(card__card_id="card_a").next_attempt_at == early
     assert cardworker.run_due(10) == 3
+
+
+def test_a_clicks_first_update_of_a_card_is_one_statement_and_later_ones_merge_into_it(
+    entity, lark_stub
+):
+    hold, bot = cards.Hold(), entity.bot
+    with cards.holding(hold), CaptureQueriesContext(connection) as first:
+        one = cards.enqueue_elements_for_card_id(
+            bot, entity.card_id, {"fb_prompt": md("first"), "fb_a": md("a")}
+        )
+    assert len(first.captured_queries) == 1
+    assert one.card_id == entity.pk and one.hold_token == hold.token
+    assert one.next_attempt_at > timezone.now()  # held until the answer was sent
+    two = cards.enqueue_elements_for_card_id(bot, entity.card_id, {"fb_prompt": md("2nd")})
+    assert two.pk == one.pk
+    row = CardUpdate.objects.get(status=WorkStatus.PENDING)
+    assert row.elements == {"fb_prompt": md("2nd"), "fb_a": md("a")}
+    assert row.hold_token == hold.token  # the merge kept the click's hold
+    assert cards.enqueue_elements_for_card_id(bot, "no_such_card", {"x": md("x")}) is None
+
+
+def test_the_release_thread_keeps_its_connection_while_batches_wait_and_finishes_it_when_idle(
+    monkeypatch,
+):
+    """Under load the next batch is already queued when one is written: the thread writes it
+    on the same connection; once nothing waits (or a batch failed) its connections are
+    finished (PostgreSQL: back to the pool) before `flush` returns."""
+    from interactions.cardqueue import releases
+
+    events = []
+    first_written = threading.Event()
+    go_on = threading.Event()
+
+    def release(tokens):
+        events.append(("write", tuple(tokens)))
+        if tokens == ["a"]:
+            first_written.set()
+            go_on.wait(5)
+        if tokens == ["c"]:
+            raise RuntimeError("database gone")
+        return 0
+
+    monkeypatch.setattr(releases, "release_tokens", release)
+    monkeypatch.setattr(releases.threads, "finish_connections", lambda: events.append("finish"))
+    queue = releases.Releases()
+    queue.add("a")
+    assert first_written.wait(5)
+    queue.add("b")  # waits while "a" is written
+    go_on.set()
+    assert queue.flush()
+    assert events == [("write", ("a",)), ("write", ("b",)), "finish"]
+    queue.add("c")  # fails: finished at once
+    assert queue.flush()
+    assert events[3:] == [("write", ("c",)), "finish"]

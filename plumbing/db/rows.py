@@ -57,6 +57,28 @@ def _statement(model: type[Model]) -> tuple[str, list]:
     return cached
 
 
+def insert_statement(model: type[Model]) -> tuple[str, list[str]]:
+    """`INSERT INTO <table> (<columns>) VALUES (%s, …) RETURNING <pk>` of `model` (every
+    concrete field but the auto primary key, quoted for this database) and those columns'
+    quoted names, in the order `insert_values` gives the values. Built once per model."""
+    sql, fields = _statement(model)
+    quote = connection.ops.quote_name
+    return sql, [quote(f.column) for f in fields]
+
+
+def insert_values(obj: Model) -> list[Any] | None:
+    """The values `insert_row` writes for the new instance `obj`, in `insert_statement`'s
+    column order (`pre_save(obj, add=True)`, then `get_db_prep_save`); None when one of them
+    is an expression (a `db_default`, `F()`, `Now()`), which only `save()` can write."""
+    values = []
+    for f in _statement(type(obj))[1]:
+        value = f.pre_save(obj, True)
+        if hasattr(value, "resolve_expression"):
+            return None
+        values.append(f.get_db_prep_save(value, connection))
+    return values
+
+
 def insert_row(obj: Model) -> Model:
     """INSERT `obj` (a new instance with an auto primary key) in the caller's transaction and
     return it with its `pk` set, saved. Raises the database's IntegrityError like `save()`.
@@ -73,18 +95,66 @@ def insert_row(obj: Model) -> Model:
     ):
         obj.save(force_insert=True)
         return obj
-    sql, fields = _statement(type(obj))
-    values = []
-    for f in fields:
-        value = f.pre_save(obj, True)
-        if hasattr(value, "resolve_expression"):  # DatabaseDefault, F(), Now() …
-            obj.save(force_insert=True)
-            return obj
-        values.append(f.get_db_prep_save(value, connection))
+    sql, _fields = _statement(type(obj))
+    values = insert_values(obj)
+    if values is None:  # DatabaseDefault, F(), Now() …
+        obj.save(force_insert=True)
+        return obj
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         (pk,) = cursor.fetchone()
     obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = connection.alias
+    return obj
+
+
+def insert_row_from(
+    obj: Model, field: str, column: str, source: str, params: Sequence[Any], *, conflict: str
+) -> Model | None:
+    """INSERT `obj` (a new instance with an auto primary key) with its foreign key `field`
+    taken from a row the same statement selects, in the caller's transaction: `INSERT …
+    SELECT <obj's values>, <column> <source> <conflict> RETURNING pk, fk`
+    — the lookup of the parent row and the insert in one statement. Returns `obj` saved with
+    its `pk` and `field` set, or None when nothing was inserted (`source` found no row, or
+    the `conflict` clause, an `ON CONFLICT … DO NOTHING`, skipped it).
+
+    `column`: the selected parent key (`e.id`); `source`: the rest of that SELECT, starting at FROM and selecting one
+    row (`FROM t WHERE … [FOR UPDATE OF t]`; on SQLite it must end with its WHERE clause,
+    which tells SQLite's parser where the SELECT ends and the upsert clause begins). Only the
+    columns whose values are not None are written (NULL is every nullable column's default):
+    a NULL of unknown type in a SELECT list would be text to PostgreSQL, which a typed column
+    refuses. Values as `insert_row` computes them (`pre_save`, `get_db_prep_save`); an
+    expression as a value raises ValueError. Raises the database's errors as they come."""
+    meta = obj._meta
+    target = meta.get_field(field)
+    _sql, fields = _statement(type(obj))
+    columns, values = [], []
+    for f in fields:
+        if f is target:
+            continue
+        value = f.pre_save(obj, True)
+        if hasattr(value, "resolve_expression"):
+            raise ValueError(f"insert_row_from cannot write an expression into {f.attname}")
+        value = f.get_db_prep_save(value, connection)
+        if value is None:
+            continue
+        columns.append(f.column)
+        values.append(value)
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quoted_table(type(obj))} "  # noqa: S608 - names from our models
+        f"({', '.join(quote(c) for c in columns)}, {quote(target.column)}) "
+        f"SELECT {', '.join(['%s'] * len(values))}, {column} {source} {conflict} "
+        f"RETURNING {quote(meta.pk.column)}, {quote(target.column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, *params])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    obj.pk, parent = row
+    setattr(obj, target.attname, parent)
     obj._state.adding = False
     obj._state.db = connection.alias
     return obj
