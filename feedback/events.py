@@ -89,19 +89,82 @@ def emit(
       is broken the insert raises IntegrityError and the caller's transaction rolls back.
     """
     require_transaction("emit()")
+    fresh = fresh_event(
+        type_,
+        event_id,
+        data,
+        bot=bot,
+        team=team,
+        delivery=delivery,
+        destination_ids=destination_ids,
+        time=time,
+        private=private,
+    )
+    if fresh_id:
+        Event.objects.insert(fresh.event)
+    else:
+        existing = Event.objects.filter(event_id=event_id).first()
+        if existing is not None:
+            return existing, False
+        try:
+            with transaction.atomic():
+                fresh.event.save(force_insert=True)
+        except IntegrityError:
+            found = Event.objects.filter(event_id=event_id).first()
+            if found is None:
+                raise
+            return found, False
+    fresh.inserted()
+    return fresh.event, True
+
+
+@dataclass(frozen=True)
+class FreshEvent:
+    """An event not yet inserted whose id is new with the fact being written (it derives from
+    a row inserted in the same transaction): `event` (the unsaved row), its envelope `body`,
+    the frozen `destination_ids` (None: the effective set) and its `private` fields.
+
+    Whoever inserts `event` (`Event.objects.insert`, or `Revision.objects.append` in the
+    revision's own statement) calls `inserted()` right after, in the same transaction."""
+
+    event: Event
+    body: dict[str, Any]
+    destination_ids: list[int] | None
+    private: dict[str, Any]
+
+    def inserted(self) -> None:
+        """Fan the inserted event out to the outbox and wake the feed readers after commit."""
+        if self.event.pk is None:
+            raise ValueError("FreshEvent.inserted() before the event row was inserted")
+        fan_out(self.event, self.body, destination_ids=self.destination_ids, private=self.private)
+        transaction.on_commit(functools.partial(wake_feed_readers, self.event.bot_id))
+
+
+def fresh_event(
+    type_: str,
+    event_id: str,
+    data: dict[str, Any],
+    *,
+    bot=None,
+    team=None,
+    delivery=None,
+    destination_ids: list[int] | None = None,
+    time: datetime | None = None,
+    private: Mapping[str, Any] | None = None,
+) -> FreshEvent:
+    """The event `emit` would insert, not inserted (arguments as `emit`'s): for a writer that
+    inserts it together with its fact. Raises ValueError for unknown or duplicated private
+    fields, NotInTransaction outside `transaction.atomic()`."""
+    require_transaction("emit()")
     private = {k: v for k, v in (private or {}).items() if v not in (None, "")}
     unknown = set(private) - set(PRIVATE_FIELDS)
     if unknown:
         raise ValueError(f"unknown private event fields: {sorted(unknown)}")
     if set(private) & set(data):
         raise ValueError("a private field must not also be in data")
-    if not fresh_id:
-        existing = Event.objects.filter(event_id=event_id).first()
-        if existing is not None:
-            return existing, False
     time = time or timezone.now()
     body = envelope(event_id, type_, time, data)
-    fields = dict(
+    event = Event(
         event_id=event_id,
         type=type_,
         bot=bot,
@@ -110,20 +173,7 @@ def emit(
         body=serialize(body),
         created_at=time,
     )
-    if fresh_id:
-        event = Event.objects.insert(Event(**fields))
-    else:
-        try:
-            with transaction.atomic():
-                event = Event.objects.create(**fields)
-        except IntegrityError:
-            found = Event.objects.filter(event_id=event_id).first()
-            if found is None:
-                raise
-            return found, False
-    fan_out(event, body, destination_ids=destination_ids, private=private)
-    transaction.on_commit(functools.partial(wake_feed_readers, event.bot_id))
-    return event, True
+    return FreshEvent(event, body, destination_ids, private)
 
 
 def feed_waiter_key(bot_id: int | None) -> str:
@@ -237,9 +287,20 @@ def emit_feedback_revised(revision) -> tuple[Event, bool]:
     (`fresh_id`); destinations: the set frozen on the delivery. Returns `(event, created)`
     like `emit`.
     """
+    fresh = feedback_revised_event(revision)
+    Event.objects.insert(fresh.event)
+    fresh.inserted()
+    return fresh.event, True
+
+
+def feedback_revised_event(revision) -> FreshEvent:
+    """The `feedback.revised` event of a revision being written, not inserted (`fresh_event`):
+    `Revision.objects.append` inserts it in the revision's own statement. Event id and
+    destinations as `emit_feedback_revised`. Raises NotInTransaction outside
+    `transaction.atomic()`."""
     data, private = feedback_revised_payload(revision)
     delivery = revision.delivery
-    return emit(
+    return fresh_event(
         Event.Type.FEEDBACK_REVISED,
         stable_event_id("feedback.revised", revision.revision_id),
         data,
@@ -249,7 +310,6 @@ def emit_feedback_revised(revision) -> tuple[Event, bool]:
         destination_ids=list(delivery.webhook_destination_ids or []),
         time=revision.created_at,
         private=private,
-        fresh_id=True,
     )
 
 

@@ -357,12 +357,16 @@ class Delivery(models.Model):
 
 
 class RevisionQuerySet(InsertQuerySet):
-    def append(self, revision: Revision, delivery: Delivery) -> Revision:
+    def append(
+        self, revision: Revision, delivery: Delivery, event: Event | None = None
+    ) -> Revision:
         """INSERT the new `revision` of `delivery`, make it its operator's latest feedback
         (`LatestFeedback.objects.move_to`) and the delivery's current revision
         (`Delivery.objects.set_current_revision`: `updated_at` now, in the row and on the
-        instance), in the caller's transaction. Returns `revision` saved, with its `pk`.
-        Raises IntegrityError like the three writes it stands for.
+        instance), and INSERT `event` (a new, unsaved Event: the revision's
+        `feedback.revised`, `events.feedback_revised_event`; set saved with its `pk`) in the
+        caller's transaction. Returns `revision` saved, with its `pk`.
+        Raises IntegrityError like the writes it stands for.
 
         PostgreSQL: one statement (the revision's INSERT … RETURNING, the latest feedback's
         upsert on `latest_feedback_unique` and the delivery's UPDATE as data-modifying CTEs
@@ -372,21 +376,36 @@ class RevisionQuerySet(InsertQuerySet):
         there is one, so the analytics triggers (`analytics_rating_counts_*`, AFTER INSERT /
         AFTER UPDATE of `feedback_latestfeedback`) see the same row changes as `move_to`'s.
         The foreign keys are checked at commit (deferred), after all three rows exist.
+        The event is one more data-modifying CTE of that statement (no column refers to the
+        revision's row): a separate INSERT cost the web process about 0.1 ms of CPU a click
+        on PostgreSQL.
         SQLite (statements there cost a tenth as much; data-modifying CTEs do not exist): the
-        three statements."""
+        three statements, and the event's INSERT."""
         values = (
             insert_values(revision)
             if connection.vendor == "postgresql" and revision.pk is None
             else None
         )
+        event_values = None
+        if values is not None and event is not None:
+            event_values = insert_values(event) if event.pk is None else None
+            if event_values is None:
+                values = None
         if values is None:
             self.insert(revision)
             LatestFeedback.objects.move_to(revision)
             Delivery.objects.set_current_revision(delivery, revision)
+            if event is not None:
+                Event.objects.insert(event)
             return revision
         insert, columns = insert_statement(Revision)
         latest, table = quoted_table(LatestFeedback), quoted_table(Delivery)
         now = timezone.now()
+        if event_values is not None:
+            event_cte = f", ev AS ({insert_statement(Event)[0]})"
+            select = "SELECT rev.id, (SELECT id FROM ev) FROM rev"
+        else:
+            event_cte, event_values, select = "", [], "SELECT rev.id, NULL FROM rev"
         with connection.cursor() as cursor:
             cursor.execute(
                 f"WITH rev AS ({insert}), "  # noqa: S608 - our table names
@@ -398,8 +417,8 @@ class RevisionQuerySet(InsertQuerySet):
                 "verdict_key = EXCLUDED.verdict_key, reason_key = EXCLUDED.reason_key, "
                 "updated_at = EXCLUDED.updated_at), "
                 f"current AS (UPDATE {table} SET current_revision_id = rev.id, updated_at = %s "
-                f"FROM rev WHERE {table}.id = %s) "
-                "SELECT id FROM rev",
+                f"FROM rev WHERE {table}.id = %s){event_cte} "
+                f"{select}",
                 [
                     *values,
                     delivery.pk,
@@ -410,11 +429,15 @@ class RevisionQuerySet(InsertQuerySet):
                     revision.created_at,
                     now,
                     delivery.pk,
+                    *event_values,
                 ],
             )
-            (revision.pk,) = cursor.fetchone()
-        revision._state.adding = False
-        revision._state.db = connection.alias
+            revision.pk, event_pk = cursor.fetchone()
+        for row in (revision, event) if event is not None else (revision,):
+            row._state.adding = False
+            row._state.db = connection.alias
+        if event is not None:
+            event.pk = event_pk
         delivery.current_revision = revision
         delivery.updated_at = now
         return revision

@@ -28,7 +28,7 @@ serialized on PostgreSQL; SQLite writers are anyway) and, in this order:
    is final (toast, repaint);
 7. otherwise: a new `Revision` (n+1 of this operator's chain, `supersedes` the previous one),
    `LatestFeedback` moved forward, `Delivery.current_revision`, the `feedback.revised` event
-   and its outbox rows (`events.emit_feedback_revised`), and the new feedback-area state
+   and its outbox rows (`events.feedback_revised_event`, written with the revision), and the new feedback-area state
    queued as CardKit element updates (`interactions.cardqueue.service.enqueue_elements`, applied after the
    callback was answered: Feishu applies nothing sent before the answer).
 
@@ -54,7 +54,7 @@ from django.utils.translation import gettext_lazy as _
 
 from feedback import answer_channels
 from feedback import cards as feedback_cards
-from feedback.events import emit_feedback_revised
+from feedback.events import feedback_revised_event
 from feedback.models import Delivery, Revision
 from interactions.callbacks import registry
 from interactions.cardqueue import service as cards
@@ -198,7 +198,7 @@ def _known_and_latest(
     check and the repaint read no more rows."""
     if delivery.current_revision_id is None:
         # every revision becomes its delivery's current one in the transaction that appends it
-        # (`_move_forward`), and the caller holds the delivery's row lock: no revision yet
+        # (`_append`), and the caller holds the delivery's row lock: no revision yet
         return None, None
     chain = Revision.objects.filter(delivery=delivery, operator_open_id=operator)
     latest_pk = chain.order_by("-revision").values("pk")[:1]
@@ -270,39 +270,33 @@ def _append(
     previous: Revision | None,
 ) -> Revision:
     """Insert revision n+1 of `operator`'s chain (caller's transaction, delivery row locked);
-    it becomes the operator's latest feedback and the delivery's current revision in the
-    same write (`Revision.objects.append`).
+    it becomes the operator's latest feedback and the delivery's current revision, and its
+    `feedback.revised` event is inserted, in the same write (`Revision.objects.append`); the
+    event's outbox rows follow (`FreshEvent.inserted`).
 
     No savepoint: every writer of a delivery's revisions holds its row lock (`_find`; SQLite
     has one writer anyway) and has already looked up the callback key and
     the chain under it, so the unique columns (`callback_key`; delivery, operator, revision)
     cannot be taken by a concurrent click. If they were, IntegrityError rolls the whole click
     back and the dispatcher answers an error toast — nothing half-written."""
-    return Revision.objects.append(
-        Revision(
-            revision_id=f"fb_{uuid.uuid4().hex}",
-            delivery=delivery,
-            operator_open_id=operator,
-            revision=(previous.revision + 1) if previous else 1,
-            verdict_key=verdict_key,
-            semantic=semantic,
-            reason_key=reason_key,
-            comment=comment,
-            callback_key=key,
-            supersedes=previous,
-            source=Revision.Source.CARD,
-            created_at=timezone.now(),
-        ),
-        delivery,
+    revision = Revision(
+        revision_id=f"fb_{uuid.uuid4().hex}",
+        delivery=delivery,
+        operator_open_id=operator,
+        revision=(previous.revision + 1) if previous else 1,
+        verdict_key=verdict_key,
+        semantic=semantic,
+        reason_key=reason_key,
+        comment=comment,
+        callback_key=key,
+        supersedes=previous,
+        source=Revision.Source.CARD,
+        created_at=timezone.now(),
     )
-
-
-def _move_forward(delivery: Delivery, revision: Revision) -> None:
-    """A new revision (already the operator's latest feedback and the delivery's current
-    revision, `_append`): its `feedback.revised` event and the card's repaint are queued
-    (caller's transaction)."""
-    emit_feedback_revised(revision)
-    repaint(delivery)
+    event = feedback_revised_event(revision)
+    Revision.objects.append(revision, delivery, event.event)
+    event.inserted()
+    return revision
 
 
 def _locked_for_operator(
@@ -489,7 +483,7 @@ def record_choice(
             key=click.key,
             previous=previous,
         )
-        _move_forward(click.delivery, revision)
+        repaint(click.delivery)
         log.info(
             "delivery %s: revision %s (%s, #%d)",
             click.delivery.delivery_id,
@@ -548,7 +542,7 @@ def record_details(
             key=click.key,
             previous=previous,
         )
-        _move_forward(click.delivery, revision)
+        repaint(click.delivery)
         log.info(
             "delivery %s: revision %s with details (#%d)",
             click.delivery.delivery_id,

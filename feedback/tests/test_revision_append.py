@@ -4,6 +4,7 @@ same rows, rating counts and instance state as the three separate writes."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from analytics.models import DeliveryRatingCounts
-from feedback.models import Delivery, LatestFeedback, Revision
+from feedback.envelopes import stable_event_id
+from feedback.events import feedback_revised_event
+from feedback.models import Delivery, Event, LatestFeedback, Revision
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +96,40 @@ def test_a_taken_callback_key_fails_the_whole_append_and_writes_nothing(make_bot
     assert list(LatestFeedback.objects.values_list("operator_open_id", flat=True)) == ["ou_a"]
     assert Delivery.objects.get(pk=delivery.pk).current_revision_id == first.pk
     assert _counts(delivery) == (1, 0, 0)
+
+
+def test_append_inserts_the_revisions_event_in_the_same_statement_on_postgresql(
+    make_bot, make_delivery
+):
+    delivery = make_delivery(make_bot())
+    with transaction.atomic(), CaptureQueriesContext(connection) as seen:
+        revision = _revision(delivery, "ou_a", 1, "positive")
+        fresh = feedback_revised_event(revision)
+        Revision.objects.append(revision, delivery, fresh.event)
+    assert len(seen.captured_queries) == (1 if connection.vendor == "postgresql" else 4)
+    event = fresh.event
+    assert event.pk is not None and not event._state.adding
+    stored = Event.objects.get(pk=event.pk)
+    assert (stored.event_id, stored.type, stored.delivery_id, stored.bot_id) == (
+        stable_event_id("feedback.revised", revision.revision_id),
+        "feedback.revised",
+        delivery.pk,
+        delivery.bot_id,
+    )
+    assert json.loads(stored.body)["data"]["revision_id"] == revision.revision_id
+    assert stored.created_at == revision.created_at
+    assert Revision.objects.get(pk=revision.pk).delivery_id == delivery.pk
+    assert Delivery.objects.get(pk=delivery.pk).current_revision_id == revision.pk
+    assert _counts(delivery) == (1, 0, 0)
+
+
+def test_a_taken_event_id_fails_the_whole_append_and_writes_nothing(make_bot, make_delivery):
+    delivery = make_delivery(make_bot())
+    revision = _revision(delivery, "ou_a", 1, "positive")
+    with transaction.atomic():
+        Event.objects.insert(feedback_revised_event(revision).event)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Revision.objects.append(revision, delivery, feedback_revised_event(revision).event)
+    assert not Revision.objects.exists() and not LatestFeedback.objects.exists()
+    assert Event.objects.count() == 1
+    assert Delivery.objects.get(pk=delivery.pk).current_revision_id is None
