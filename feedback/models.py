@@ -88,20 +88,13 @@ class DeliveryQuerySet(models.QuerySet):
         Hand-written, one statement: built by the ORM it cost about 0.6 ms of CPU on every
         click (the click path's hand-written statements together took it from 6.6–7.1 to
         4.6–5.3 ms of CPU a click on PostgreSQL; `bench/README.md`); read by `select_one`, which
-        works out the columns' converters once instead of on every call as `raw()` does.
-
-        Only `CLICK_COLUMNS` are read (the rest are deferred: reading one costs a query):
-        turning all ~45 columns of the row into Python values took about 0.1 ms of CPU on
-        every click. `feedback/tests/test_click_columns.py` proves the click paths
-        touch no other column."""
+        works out the columns' converters once instead of on every call as `raw()` does."""
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         table = quoted_table(Delivery)
-        quote = connection.ops.quote_name
-        columns = ", ".join(quote(c) for c in Delivery.CLICK_COLUMNS)
         return select_one(
             Delivery,
-            f"SELECT {columns} FROM {table} WHERE bot_id = %s "  # noqa: S608 - our names
-            f"AND delivery_id = %s LIMIT 1{lock}",
+            f"SELECT * FROM {table} WHERE bot_id = %s AND delivery_id = %s "  # noqa: S608
+            f"LIMIT 1{lock}",
             [bot.pk, delivery_id],
         )
 
@@ -272,28 +265,6 @@ class Delivery(models.Model):
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     objects = DeliveryQuerySet.as_manager()
-
-    #: The columns a feedback click reads from its locked delivery
-    #: (`DeliveryQuerySet.lock_for_click`): the rule checks and the repaint (snapshot, message,
-    #: card, channel, current revision), the `feedback.revised` event (ids, session, turn,
-    #: chat, team, destinations) and `Revision.objects.append` (`updated_at`).
-    CLICK_COLUMNS = (
-        "id",
-        "delivery_id",
-        "bot_id",
-        "chat_id",
-        "team_id",
-        "session_id",
-        "turn_id",
-        "channel",
-        "platform_message_id",
-        "card_id",
-        "feedback_shown",
-        "policy_snapshot",
-        "current_revision_id",
-        "webhook_destination_ids",
-        "updated_at",
-    )
 
     class Meta:
         verbose_name = _("delivery")
