@@ -264,6 +264,16 @@ def run_isolated(fn, *args):
 #: SQLite connection is kept for the thread's next callback, a PostgreSQL one goes back to the
 #: pool).
 finish_connections = threads.finish_connections
+hold_pooled_connections = threads.hold_pooled_connections
+
+
+def more_callbacks_waiting() -> bool:
+    """Whether a callback is already queued for a `POOL` thread (so the thread finishing one
+    may keep its pooled connection for it: `hold_pooled_connections`). Reads the executor's
+    queue (`ThreadPoolExecutor._work_queue`); False if that ever goes away, which only costs
+    the pool round trip."""
+    queue = getattr(POOL, "_work_queue", None)
+    return queue is not None and queue.qsize() > 0
 
 
 def _release_caller_connection() -> None:

@@ -1,6 +1,7 @@
 """Database connections of the callback handler threads (`interactions.callbacks.dispatcher.POOL`):
-on SQLite each thread keeps its connection from one click to the next; on PostgreSQL every
-click gives its connection back to the process's pool."""
+on SQLite each thread keeps its connection from one click to the next; on PostgreSQL a click
+gives its connection back to the process's pool, unless the next click is already queued for
+the thread (`dispatcher.more_callbacks_waiting`), which then keeps it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import threading
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.signals import request_finished, request_started
 from django.db import connection, connections
 from django.db.backends.signals import connection_created
 
@@ -195,3 +198,67 @@ async def test_a_handler_thread_whose_connection_saw_a_database_error_opens_a_ne
     for thread in {thread for thread, _ in seen} - {failed_thread}:
         assert len({id(conn) for t, conn in seen if t == thread}) == 1
     await sync_to_async(connections.close_all)()
+
+
+def _held_for_waiting_work(broken: bool = False):
+    """In this thread, as a handler thread ends one click and begins the next one already
+    waiting: a query, `hold_pooled_connections(True)`, Django's request signals,
+    `finish_connections(hold=True)`, a query; then the idle end. Returns (connections opened,
+    the same connection across the two clicks, none left after the idle end)."""
+    opened = []
+    me = threading.current_thread()
+
+    def created(sender, connection, **kwargs):
+        if threading.current_thread() is me:
+            opened.append(connection.alias)
+
+    connection_created.connect(created)
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+        first = connection.connection
+        if broken:
+            first.close()  # the database went away under it
+            connection.errors_occurred = True
+        dispatcher.hold_pooled_connections(True)
+        request_finished.send(sender=None)
+        dispatcher.finish_connections(hold=True)
+        request_started.send(sender=None)
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+        same = connection.connection is first
+        dispatcher.hold_pooled_connections(False)
+        request_finished.send(sender=None)
+        dispatcher.finish_connections()
+        released = connection.connection is None
+    finally:
+        connection_created.disconnect(created)
+    return len(opened), same, released
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgresql_connection_is_kept_for_a_waiting_click_and_given_back_when_idle():
+    if connection.vendor != "postgresql":
+        pytest.skip("only pooled (PostgreSQL) connections are given back after a click")
+    assert _in_thread(_held_for_waiting_work) == (1, True, True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_postgresql_connection_that_broke_is_given_back_not_reused():
+    if connection.vendor != "postgresql":
+        pytest.skip("only pooled (PostgreSQL) connections are given back after a click")
+    assert _in_thread(lambda: _held_for_waiting_work(broken=True)) == (2, False, True)
+
+
+def test_more_callbacks_waiting_is_true_only_while_a_callback_is_queued_for_the_pool():
+    gate = threading.Event()
+    jobs = [
+        dispatcher.POOL.submit(gate.wait, 10) for _ in range(settings.CARDLOOP_CALLBACK_THREADS + 1)
+    ]
+    try:
+        assert dispatcher.more_callbacks_waiting()  # one more job than threads
+    finally:
+        gate.set()
+        for job in jobs:
+            job.result(10)
+    assert not dispatcher.more_callbacks_waiting()

@@ -3,19 +3,39 @@ release thread)."""
 
 from __future__ import annotations
 
+import time
+
 from django.db import connections
 
 
-def finish_connections() -> None:
+def hold_pooled_connections(hold: bool) -> None:
+    """Call before the request of a worker thread ends (Django's `request_finished`). `hold`
+    (the thread's next piece of work is already waiting): its pooled (PostgreSQL) connections
+    stay open for that work — `request_finished` / `request_started` and
+    `finish_connections(hold=True)` then close one only when it is unusable (a database error,
+    left in a transaction) — instead of going back to the pool to be taken again at once
+    (a checkout and return cost about 0.1 ms of CPU a click). Not `hold`: they go back to the
+    pool at the next close, as always. No-op for connections without a pool (SQLite)."""
+    for connection in connections.all(initialized_only=True):
+        if getattr(connection, "pool", None) is None or connection.connection is None:
+            continue
+        connection.close_at = None if hold else time.monotonic()
+
+
+def finish_connections(*, hold: bool = False) -> None:
     """A worker thread is done with its database connections for now. Each one is closed — on
     PostgreSQL given back to the process's connection pool (`DATABASE_POOL_*`; a worker
     thread must not keep one, or a fixed set of such threads could hold more than the pool
     has) — except a SQLite connection of a thread that called
     `plumbing.db.sqlite3.base.keep_connections_in_this_thread` (`CONN_MAX_AGE` None there),
     which the backend keeps for the thread's next piece of work unless it saw a database error
-    or was left in a transaction."""
+    or was left in a transaction. `hold=True` (after `hold_pooled_connections(True)`): a
+    pooled connection is kept in the same way, for the work already waiting; without it a
+    pooled connection always goes back to the pool."""
     for connection in connections.all(initialized_only=True):
-        if connection.close_at is None:
+        if getattr(connection, "pool", None) is not None and not hold:
+            connection.close()
+        elif connection.close_at is None:
             connection.close_if_unusable_or_obsolete()
         else:
             connection.close()

@@ -185,8 +185,12 @@ def _answer_send_close(
     except RuntimeError:  # the event loop is closed: the server is stopping
         log.warning("lark callback of %r: the server stopped before the answer", app_id[:64])
     finally:
+        # under load the next callback is already queued for this thread: it keeps its
+        # pooled connection for it; idle, the connection goes back to the pool
+        hold = dispatcher.more_callbacks_waiting()
+        dispatcher.hold_pooled_connections(hold)
         _close(response)
-        dispatcher.finish_connections()
+        dispatcher.finish_connections(hold=hold)
     seconds = timing.get("seconds")
     if kind is not None and seconds is not None:
         metrics.observe_callback_answer("http", kind, seconds)
