@@ -131,7 +131,7 @@ async def test_clicks_one_after_another_open_at_most_one_sqlite_connection_per_h
     """The connect, the four PRAGMAs and the close (which can checkpoint the WAL) are a fifth
     of a click's CPU on SQLite (bench/README.md); a handler thread pays them once."""
     if connection.vendor != "sqlite":
-        pytest.skip("PostgreSQL hands connections back to its pool after every click")
+        pytest.skip("PostgreSQL gives connections back to its pool (kept only for a queued click)")
     handler_threads = []
     opened = []
 
@@ -167,7 +167,7 @@ async def test_a_handler_thread_whose_connection_saw_a_database_error_opens_a_ne
     """Through the ASGI route `request_finished` runs Django's `close_old_connections()`
     first, which on SQLite would clear the error flag and keep the connection."""
     if connection.vendor != "sqlite":
-        pytest.skip("PostgreSQL hands connections back to its pool after every click")
+        pytest.skip("PostgreSQL gives connections back to its pool (kept only for a queued click)")
     from django.db import DatabaseError
 
     seen = []  # (thread, sqlite3.Connection): the objects are kept, so no id is reused
