@@ -33,7 +33,8 @@ Every wait is per panel (a panel counts once, whatever it is sent) and bounded; 
 after `--max-seconds`. Frames a panel is sent twice and resync snapshots are counted and
 printed. The soft limit of open files is raised (up to the hard limit) when the panels need
 more; the Daphne processes inherit it. The bench process freezes its heap (`gc.freeze`) once
-the panels are connected, so its own full collections do not land inside a measured ask. The bot has no app secret, so Feishu calls are dry-run
+the panels are connected and does not collect while asks are measured, so its own full
+collections do not land inside a measured ask. The bot has no app secret, so Feishu calls are dry-run
 (logged, synthetic ids): no traffic leaves the machine. The bench database is written to (a
 bot `cli_bench_panel`, its sessions and asks) and the channel layer's Redis too: use a bench
 database and a Redis database of its own.
@@ -258,9 +259,13 @@ async def run(url: str, world: dict, args) -> dict:
     # The clients are the measuring instrument, not the system under test: their thousands of
     # connection objects made this process's full garbage collections take 150–220 ms, and one
     # landing inside an ask set that shape's p99. Freeze what connecting allocated so the
-    # collector skips it (the server's own collections stay in the figures).
+    # collector skips it, and stop collecting while asks are measured: the frames the panels
+    # keep grew the unfrozen heap until full collections took 130–170 ms again (measured with
+    # a `gc.callbacks` probe). Collection resumes after the asks. The server's own
+    # collections stay in the figures.
     gc.collect()
     gc.freeze()
+    gc.disable()
 
     api = httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {world['key']}"}, timeout=60
@@ -359,6 +364,7 @@ async def run(url: str, world: dict, args) -> dict:
             flush=True,
         )
 
+    gc.enable()
     await api.aclose()
     duplicates = sum(p.duplicates for p in panels)
     resyncs = sum(p.resyncs for p in panels)
