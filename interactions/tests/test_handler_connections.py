@@ -250,6 +250,19 @@ def test_a_held_postgresql_connection_that_broke_is_given_back_not_reused():
     assert _in_thread(lambda: _held_for_waiting_work(broken=True)) == (2, False, True)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_held_past_the_cap_goes_back_to_the_pool_even_under_load(monkeypatch):
+    """Under constant load the next click is always waiting: without the cap a thread would
+    keep one connection for ever, out of reach of the pool's `max_lifetime`."""
+    if connection.vendor != "postgresql":
+        pytest.skip("only pooled (PostgreSQL) connections are given back after a click")
+    from plumbing.db import threads
+
+    monkeypatch.setattr(threads, "MAX_HOLD_SECONDS", 0.0)
+    opened, _same, released = _in_thread(_held_for_waiting_work)
+    assert opened == 2 and released
+
+
 def test_more_callbacks_waiting_is_true_only_while_a_callback_is_queued_for_the_pool():
     gate = threading.Event()
     jobs = [

@@ -7,6 +7,11 @@ import time
 
 from django.db import connections
 
+#: The longest a worker thread keeps one pooled connection across pieces of work (seconds):
+#: then it goes back to the pool at the next `hold_pooled_connections`, so the pool's
+#: `max_lifetime` and its health check apply to it again even under constant load.
+MAX_HOLD_SECONDS = 30.0
+
 
 def hold_pooled_connections(hold: bool) -> None:
     """Call before the request of a worker thread ends (Django's `request_finished`). `hold`
@@ -14,12 +19,21 @@ def hold_pooled_connections(hold: bool) -> None:
     stay open for that work — `request_finished` / `request_started` and
     `finish_connections(hold=True)` then close one only when it is unusable (a database error,
     left in a transaction) — instead of going back to the pool to be taken again at once
-    (a checkout and return cost about 0.1 ms of CPU a click). Not `hold`: they go back to the
-    pool at the next close, as always. No-op for connections without a pool (SQLite)."""
+    (a checkout and return cost about 0.1 ms of CPU a click), for at most `MAX_HOLD_SECONDS`
+    in a row. Not `hold`: they go back to the pool at the next close, as always. No-op for
+    connections without a pool (SQLite)."""
+    now = time.monotonic()
     for connection in connections.all(initialized_only=True):
         if getattr(connection, "pool", None) is None or connection.connection is None:
             continue
-        connection.close_at = None if hold else time.monotonic()
+        since = getattr(connection, "cardloop_held_since", None)
+        if hold and since is None:
+            connection.cardloop_held_since = since = now
+        if hold and now - since < MAX_HOLD_SECONDS:
+            connection.close_at = None
+        else:
+            connection.cardloop_held_since = None
+            connection.close_at = now
 
 
 def finish_connections(*, hold: bool = False) -> None:
