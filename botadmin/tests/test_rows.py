@@ -21,16 +21,23 @@ def _stored(model, pk):
     return model.objects.filter(pk=pk).values().get()
 
 
-def test_inserted_card_update_reads_back_like_one_the_orm_saved(make_bot):
-    bot = make_bot()
-    first, second = (cards.register_card(bot, card_id=f"735511111111111111{i}") for i in (1, 2))
-    due = timezone.now() + timedelta(seconds=3)
+def _two_cards_and_an_update(bot, digit: str, element: str, text: str):
+    """Two cards of `bot` and the field values of a pending update with `text` (quotes, a
+    `%s` and non-ASCII, which a hand-written statement must pass through untouched)."""
+    first, second = (cards.register_card(bot, card_id=f"7355{digit * 14}{i}") for i in (1, 2))
     values = dict(
         card_json=None,
-        elements={"fb_prompt": {"tag": "markdown", "content": '选择 ✓ "quoted" %s'}},
-        next_attempt_at=due,
-        hold_token="a" * 32,
+        elements={element: {"tag": "markdown", "content": text}},
+        next_attempt_at=timezone.now() + timedelta(seconds=3),
+        hold_token=digit * 32,
     )
+    return first, second, values
+
+
+def test_inserted_card_update_reads_back_like_one_the_orm_saved(make_bot):
+    bot = make_bot()
+    first, second, values = _two_cards_and_an_update(bot, "1", "fb_prompt", '选择 ✓ "quoted" %s')
+    due = values["next_attempt_at"]
     before = timezone.now()
     fast = insert_row(CardUpdate(card=first, **values))
     orm = CardUpdate.objects.create(card=second, **values)  # one pending update per card
@@ -128,14 +135,7 @@ def test_select_one_without_a_row_is_none_and_without_the_primary_key_refuses(ma
 
 def test_first_pending_update_is_inserted_from_the_card_row_like_one_the_orm_saved(make_bot):
     bot = make_bot()
-    first, second = (cards.register_card(bot, card_id=f"735522222222222222{i}") for i in (1, 2))
-    due = timezone.now() + timedelta(seconds=3)
-    values = dict(
-        card_json=None,
-        elements={"fb_status": {"tag": "markdown", "content": '已记录 ✓ "quoted" %s'}},
-        next_attempt_at=due,
-        hold_token="b" * 32,
-    )
+    first, second, values = _two_cards_and_an_update(bot, "2", "fb_status", '已记录 ✓ "quoted" %s')
     fast = CardUpdate.objects.insert_first_pending(CardUpdate(**values), bot, first.card_id)
     orm = CardUpdate.objects.create(card=second, **values)
     assert fast is not None and fast.pk != orm.pk and fast.card_id == first.pk
