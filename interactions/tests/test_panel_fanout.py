@@ -147,3 +147,40 @@ async def test_the_heartbeat_renews_the_membership_before_the_group_expires(
     (renewed,) = (await _members(group)).values()
     assert renewed > added
     await comm.disconnect()
+
+
+def _cancel(request_id: str) -> dict:
+    return {"type": "ask_user_questions_cancelled", "requestId": request_id, "reason": "timeout"}
+
+
+async def test_a_panel_joining_while_a_slow_discard_times_out_still_gets_pushes(
+    panel_user, no_asks, monkeypatch
+):
+    """Redis applies the last panel's discard after a new panel's add and answers it late:
+    the consumer gives its leave 2 s and cancels it, which must not leave the process out of
+    the group (the new panel would get no push until the group's renewal)."""
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    leaving = await _connected(raw)
+    discard_started, new_panel_in = asyncio.Event(), asyncio.Event()
+    real_discard = layer.group_discard
+
+    async def slow_discard(group, channel):
+        discard_started.set()
+        await new_panel_in.wait()
+        await real_discard(group, channel)
+        await asyncio.sleep(3)  # the answer is late
+
+    monkeypatch.setattr(layer, "group_discard", slow_discard)
+    disconnecting = asyncio.ensure_future(leaving.disconnect())
+    await asyncio.wait_for(discard_started.wait(), 5)
+    joined = await _connected(raw)
+    new_panel_in.set()
+    await disconnecting
+    await asyncio.sleep(2.5)  # the leave was given 2 s
+
+    group = presence.group_for(bot, REQUESTER)
+    assert list(await _members(group)) == [presence.FANOUT.channels[asyncio.get_running_loop()]]
+    await _push_and_expect(bot, [joined])
+    await joined.disconnect()
+
