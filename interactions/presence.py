@@ -265,7 +265,8 @@ class _Fanout:
     Membership: `join` adds the channel to the group on every connect (a Redis ZADD, which
     also renews channels_redis's `group_expiry`); `leave` discards it once the loop has no
     panel of that group left, then adds it again if a panel of that group connected while the
-    discard was on its way (so a join racing the last leave never ends outside the group).
+    discard was on its way, or failed, or was cancelled (`_readd_if_served`; so a join racing
+    the last leave never ends outside the group).
     The heartbeat renews the memberships of long-lived panels before `group_expiry`. The
     listener runs while the loop has panels and retries, with a growing pause (at most 5 s),
     when the layer's receive fails (Redis restarting)."""
@@ -342,11 +343,30 @@ async def leave(layer, group: str, channel_name: str) -> None:
     name = FANOUT.channels.get(loop)
     try:
         if name is not None and not _serves(group, loop):
-            await layer.group_discard(group, name)
-            if _serves(group, loop):  # a panel of the group connected meanwhile
-                await layer.group_add(group, name)
+            try:
+                await layer.group_discard(group, name)
+            except BaseException:
+                _readd_if_served(layer, group, name, loop)  # not awaited: we may be cancelled
+                raise
+            readd = _readd_if_served(layer, group, name, loop)
+            if readd is not None:
+                await asyncio.shield(readd)
     finally:
         FANOUT.stop_if_idle(loop)
+
+
+def _readd_if_served(layer, group: str, name: str, loop) -> asyncio.Task | None:
+    """After `leave`'s discard of the fan-out channel `name` from `group` (done, failed or
+    cancelled): if a panel of the group connected on `loop` meanwhile, add the channel back,
+    in a task of its own (returned; None when no panel connected). Redis may have applied the
+    discard after that panel's add; the consumer gives its leave 2 s, and cancelling the leave
+    must not cancel the add, or the panel would get no push until the group's renewal."""
+    if not _serves(group, loop):
+        return None
+    task = loop.create_task(layer.group_add(group, name))
+    _pending.add(task)
+    task.add_done_callback(_log_failure)
+    return task
 
 
 def _serves(group: str, loop) -> bool:

@@ -80,8 +80,9 @@ class _RemoteWaker:
     waiting on Redis. Here the caller only adds the key to a set; the thread sends one
     message per key per round, so under load many clicks of one bot share one send, and
     while idle a wake-up leaves at once. Keys are sent in the order they were first added.
-    A failed send is logged (the key, never who caused it) and dropped: the waiter still
-    finds the state at its next poll. A forked child starts its own thread."""
+    A failed send (an exception or a cancelled send) is logged (the key, never who caused it)
+    and dropped, and the thread goes on: the waiter still finds the state at its next poll.
+    A forked child starts its own thread."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
@@ -122,7 +123,9 @@ class _RemoteWaker:
                         )
                     )
                     self.sent += 1
-                except Exception:  # noqa: BLE001 - the waiter polls the database anyway
+                # CancelledError too: a BaseException, it would end the thread and leave the
+                # keys queued meanwhile unsent until the next wake-up
+                except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the waiter polls
                     log.warning("waiters of %s: could not notify through the layer", key)
 
 

@@ -147,3 +147,115 @@ async def test_the_heartbeat_renews_the_membership_before_the_group_expires(
     (renewed,) = (await _members(group)).values()
     assert renewed > added
     await comm.disconnect()
+
+
+def _cancel(request_id: str) -> dict:
+    return {"type": "ask_user_questions_cancelled", "requestId": request_id, "reason": "timeout"}
+
+
+async def test_a_panel_joining_while_a_slow_discard_times_out_still_gets_pushes(
+    panel_user, no_asks, monkeypatch
+):
+    """Redis applies the last panel's discard after a new panel's add and answers it late:
+    the consumer gives its leave 2 s and cancels it, which must not leave the process out of
+    the group (the new panel would get no push until the group's renewal)."""
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    leaving = await _connected(raw)
+    discard_started, new_panel_in = asyncio.Event(), asyncio.Event()
+    real_discard = layer.group_discard
+
+    async def slow_discard(group, channel):
+        discard_started.set()
+        await new_panel_in.wait()
+        await real_discard(group, channel)
+        await asyncio.sleep(3)  # the answer is late
+
+    monkeypatch.setattr(layer, "group_discard", slow_discard)
+    disconnecting = asyncio.ensure_future(leaving.disconnect())
+    await asyncio.wait_for(discard_started.wait(), 5)
+    joined = await _connected(raw)
+    new_panel_in.set()
+    await disconnecting
+    await asyncio.sleep(2.5)  # the leave was given 2 s
+
+    group = presence.group_for(bot, REQUESTER)
+    assert list(await _members(group)) == [presence.FANOUT.channels[asyncio.get_running_loop()]]
+    await _push_and_expect(bot, [joined])
+    await joined.disconnect()
+
+
+async def test_a_live_panel_gets_every_push_while_other_panels_of_its_user_come_and_go(
+    panel_user, no_asks
+):
+    bot, raw, _token = panel_user
+    steady = await _connected(raw)
+    loop = asyncio.get_running_loop()
+
+    async def churn(rounds):
+        for _ in range(rounds):
+            comm = communicator(raw=raw)
+            connected, _ = await comm.connect()
+            if connected:
+                await comm.disconnect()
+
+    async def pushes():
+        for i in range(30):
+            presence.push(bot, REQUESTER, _cancel(f"ask_{i}"))
+            await asyncio.sleep(0.02)
+
+    await asyncio.gather(*(churn(8) for _ in range(6)), pushes())
+    got = set()
+    while len(got) < 30 and not await steady.receive_nothing(1):
+        got.add((await receive(steady))["requestId"])
+    assert got == {f"ask_{i}" for i in range(30)}
+    group = presence.group_for(bot, REQUESTER)
+    assert list(await _members(group)) == [presence.FANOUT.channels[loop]]
+    assert not presence.FANOUT.listeners[loop].done()
+    await steady.disconnect()
+
+
+async def test_revoking_one_token_closes_its_panels_and_the_users_other_panels_keep_pushes(
+    panel_user, no_asks
+):
+    from channels.db import database_sync_to_async
+
+    from botadmin import services
+    from interactions.panels import service as panels
+
+    bot, raw, token = panel_user
+    other_raw, _other = await database_sync_to_async(services.issue_desktop_token)(
+        "test", bot, REQUESTER, "second"
+    )
+    revoked = [await _connected(raw), await _connected(raw)]
+    kept = await _connected(other_raw)
+    await database_sync_to_async(panels.revoke_token)("test", token)
+    for comm in revoked:
+        assert (await receive(comm))["error"] == "invalid_token"
+        assert (await comm.receive_output(5))["type"] == "websocket.close"
+    group = presence.group_for(bot, REQUESTER)
+    assert list(await _members(group)) == [presence.FANOUT.channels[asyncio.get_running_loop()]]
+    await _push_and_expect(bot, [kept])
+    await kept.disconnect()
+
+
+async def test_a_panel_whose_join_fails_leaves_no_member_or_listener_behind(
+    panel_user, no_asks, monkeypatch
+):
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    real_add = layer.group_add
+    loop = asyncio.get_running_loop()
+
+    async def refused(group, channel):
+        raise ConnectionError("Connection refused")
+
+    monkeypatch.setattr(layer, "group_add", refused)
+    await communicator(raw=raw).connect()
+    await asyncio.sleep(0.5)
+    assert presence.LOCAL.channels == {}
+    assert loop not in presence.FANOUT.listeners
+    monkeypatch.setattr(layer, "group_add", real_add)
+    live = await _connected(raw)
+    await _push_and_expect(bot, [live])
+    await live.disconnect()

@@ -72,3 +72,33 @@ async def test_the_caller_does_not_wait_on_redis_and_repeats_become_one_message(
     assert messages == [{"type": "interaction.resolved", "id": key}] * 2  # first, then the rest
     assert waiters.REMOTE.sent == sent_before + 2
     await layer.group_discard(waiters.GROUP_PREFIX + key, channel)
+
+
+async def test_a_send_that_ends_cancelled_neither_stops_the_waker_nor_strands_the_next_key(
+    monkeypatch,
+):
+    """A send whose coroutine ends in CancelledError (a BaseException, which an Exception
+    handler lets through): the key queued meanwhile is still sent, without another wake-up."""
+    stalled, queued = f"feed.test-a{time.monotonic_ns()}", f"feed.test-b{time.monotonic_ns()}"
+    layer, channel = await _listen(queued)
+    gate, entered = threading.Event(), threading.Event()
+    real_send = type(layer).group_send
+
+    async def cancelled_once(self, group, message):
+        if message["id"] == stalled:
+            entered.set()
+            await asyncio.to_thread(gate.wait, 10)
+            raise asyncio.CancelledError
+        return await real_send(self, group, message)
+
+    monkeypatch.setattr(type(layer), "group_send", cancelled_once)
+
+    def wake_both():
+        waiters.notify_waiters(stalled)
+        assert entered.wait(5)
+        waiters.notify_waiters(queued)  # queued while the first send is on its way
+        gate.set()
+
+    await asyncio.to_thread(wake_both)
+    assert await _received(layer, channel) == [{"type": "interaction.resolved", "id": queued}]
+    await layer.group_discard(waiters.GROUP_PREFIX + queued, channel)
