@@ -292,8 +292,9 @@ class _Fanout:
     def stop_if_idle(self, loop) -> None:
         """Stop `loop`'s listener once no panel of this process is served on it (a loop that
         ends must not keep a receive of the layer waiting)."""
-        if any(e.loop is loop for e in LOCAL.channels.values()):
-            return
+        with LOCAL.lock:  # consumers of other loops (threads) attach meanwhile
+            if any(e.loop is loop for e in LOCAL.channels.values()):
+                return
         task = self.listeners.pop(loop, None)
         if task is not None and task is not asyncio.current_task():
             task.cancel()
