@@ -23,12 +23,15 @@ CANCEL = {"type": "ask_user_questions_cancelled", "requestId": "ask_fan", "reaso
 
 @pytest.fixture(autouse=True)
 def own_layer():
-    """A channel layer of this test's own: channels-redis lets one event loop at a time
-    receive on a layer, and a test whose panels are still leaving when its loop ends would
-    otherwise leave a receive pending for the next test (Daphne runs one loop)."""
+    """A channel layer of this test's own, on an empty Redis: channels-redis lets one event
+    loop at a time receive on a layer, and a test whose panels are still leaving when its
+    loop ends would otherwise leave a receive pending for the next test (Daphne runs one
+    loop); and group members left by earlier tests' loops would count in `_members`."""
+    from asgiref.sync import async_to_sync
     from channels.layers import channel_layers
 
     channel_layers.backends.clear()
+    async_to_sync(get_channel_layer().flush)()
     yield
     channel_layers.backends.clear()
 
