@@ -4,6 +4,8 @@ pool would hand it out: outside any transaction and working."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.core.signals import request_finished, request_started
 from django.db import connection, connections
@@ -12,6 +14,17 @@ from interactions.callbacks import dispatcher
 from interactions.tests.test_handler_connections import _in_thread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _terminate(pid):
+    """End backend `pid` from another connection (the server closing it: a restart, an
+    idle cut-off)."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
 
 
 def _two_callbacks(during_first=lambda raw: None, between=lambda pid: None):
@@ -59,14 +72,7 @@ def test_a_held_connection_whose_callback_came_late_goes_back_to_the_pool_first(
     monkeypatch.setattr(threads, "HELD_FOR_SECONDS", 0.05)
 
     def terminate_later(pid):
-        import time
-
-        other = connections.create_connection("default")
-        try:
-            with other.cursor() as cur:
-                cur.execute("SELECT pg_terminate_backend(%s)", [pid])
-        finally:
-            other.close()
+        _terminate(pid)
         time.sleep(0.1)
 
     pid, second, own_transaction = _in_thread(lambda: _two_callbacks(between=terminate_later))
@@ -80,13 +86,5 @@ def test_a_held_connection_whose_callback_came_late_goes_back_to_the_pool_first(
     "its next query",
 )
 def test_a_held_connection_the_server_closed_is_replaced_before_the_next_callback():
-    def terminate(pid):
-        other = connections.create_connection("default")
-        try:
-            with other.cursor() as cur:
-                cur.execute("SELECT pg_terminate_backend(%s)", [pid])
-        finally:
-            other.close()
-
-    pid, second, _own = _in_thread(lambda: _two_callbacks(between=terminate))
+    pid, second, _own = _in_thread(lambda: _two_callbacks(between=_terminate))
     assert second != pid
