@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin import accesscache
 from botadmin.callbackcache import CALLBACK_BOTS
-from plumbing.db.rows import quoted_table, select_one
+from plumbing.db.rows import columns_of, quoted_table, select_one
 from plumbing.secretstore import read_secret
 
 
@@ -188,7 +188,7 @@ class BotQuerySet(models.QuerySet):
 
     def _row_for_callback(self, app_id: str) -> Bot | None:
         table = quoted_table(Bot)
-        sql = f"SELECT * FROM {table} WHERE app_id = %s LIMIT 1"  # noqa: S608 - our own table
+        sql = f"SELECT {columns_of(Bot)} FROM {table} WHERE app_id = %s LIMIT 1"  # noqa: S608 - ours
         return select_one(Bot, sql, [app_id])
 
 

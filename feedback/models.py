@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, Chat, Team
 from plumbing.db.rows import (
+    columns_of,
     insert_row,
     insert_statement,
     insert_values,
@@ -93,7 +94,8 @@ class DeliveryQuerySet(models.QuerySet):
         table = quoted_table(Delivery)
         return select_one(
             Delivery,
-            f"SELECT * FROM {table} WHERE bot_id = %s AND delivery_id = %s "  # noqa: S608
+            f"SELECT {columns_of(Delivery)} FROM {table} "  # noqa: S608
+            "WHERE bot_id = %s AND delivery_id = %s "
             f"LIMIT 1{lock}",
             [bot.pk, delivery_id],
         )

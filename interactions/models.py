@@ -26,7 +26,13 @@ from django.utils.translation import gettext_lazy as _
 
 from botadmin.models import Bot, HashedToken, HashedTokenQuerySet
 from interactions.panel_timing import presence_ttl
-from plumbing.db.rows import insert_row, insert_row_from, quoted_table, select_one
+from plumbing.db.rows import (
+    columns_of,
+    insert_row,
+    insert_row_from,
+    quoted_table,
+    select_one,
+)
 from plumbing.workqueue import WorkItem, WorkStatus
 
 
@@ -260,7 +266,8 @@ class CardEntityQuerySet(models.QuerySet):
             params = [bot.pk, card_id]
         lock = " FOR UPDATE OF e" if connection.features.has_select_for_update_of else ""
         sql = (
-            f"SELECT e.*, (SELECT u.id FROM {quoted_table(CardUpdate)} u "  # noqa: S608 - ours
+            f"SELECT {columns_of(CardEntity, 'e')}, "  # noqa: S608 - ours
+            f"(SELECT u.id FROM {quoted_table(CardUpdate)} u "
             "WHERE u.card_id = e.id AND u.status = %s LIMIT 1) AS pending_pk "
             f"FROM {quoted_table(CardEntity)} e WHERE {where} LIMIT 1{lock}"
         )

@@ -1,4 +1,4 @@
-"""`insert_row` and `select_one`, for the rows every feedback click writes and reads.
+"""`insert_row`, `select_one` and `columns_of`, for the rows every feedback click writes and reads.
 
 `insert_row`: one model instance inserted as `Model.save(force_insert=True)` inserts it, minus
 the ORM's query building — for the rows every feedback click writes (revision, latest
@@ -36,6 +36,28 @@ def quoted_table(model: type[Model]) -> str:
     """`model`'s table name quoted for this database, for hand-written SQL on the click path
     (the names come from our models, never from input)."""
     return connection.ops.quote_name(model._meta.db_table)
+
+
+_COLUMNS: dict[tuple, str] = {}
+
+
+def columns_of(model: type[Model], alias: str | None = None) -> str:
+    """`model`'s concrete columns, quoted for this database and comma-separated (each as
+    `alias.column` when `alias` is given), for a hand-written SELECT instead of `*`.
+
+    Why not `*`: PostgreSQL prepares a statement a pooled connection runs often
+    (`DATABASE_PREPARED_STATEMENTS`), and a prepared `SELECT *` fails with "cached plan must not
+    change result type" once a migration adds a column to its table, until that connection
+    closes. Named columns keep the prepared statement valid. Built once per model and alias."""
+    key = (model, alias, connection.vendor)
+    cached = _COLUMNS.get(key)
+    if cached is None:
+        quote = connection.ops.quote_name
+        prefix = f"{alias}." if alias else ""
+        cached = _COLUMNS[key] = ", ".join(
+            prefix + quote(f.column) for f in model._meta.concrete_fields
+        )
+    return cached
 
 
 def _statement(model: type[Model]) -> tuple[str, list]:
