@@ -246,6 +246,37 @@ async def test_a_live_panel_still_gets_pushes_after_other_panels_of_its_user_cam
         await steady.disconnect()
 
 
+async def test_a_panel_that_missed_a_push_stays_in_the_group_and_gets_the_next_ones(
+    panel_user, no_asks, monkeypatch
+):
+    """A push lost on its way to this process (channels-redis's shared receive can lose one
+    when another receiver is cancelled mid-receive) costs the panel that push only: the
+    process stays in the group and its listener delivers the next ones."""
+    bot, raw, _token = panel_user
+    layer = get_channel_layer()
+    real_receive = layer.receive
+    lost = []
+
+    async def losing_receive(channel):
+        while True:
+            event = await real_receive(channel)
+            if event.get("message", {}).get("requestId") != "ask_lost":
+                return event
+            lost.append(event)
+
+    monkeypatch.setattr(layer, "receive", losing_receive)
+    steady = await _connected(raw)
+    for request_id in ("ask_before", "ask_lost", "ask_after"):
+        presence.push(bot, REQUESTER, _cancel(request_id))
+    frames = await _frames_until_quiet(steady, 3)
+    assert sorted(frame["requestId"] for frame in frames) == ["ask_after", "ask_before"]
+    assert len(lost) == 1
+    group = presence.group_for(bot, REQUESTER)
+    assert list(await _members(group)) == [presence.FANOUT.channels[asyncio.get_running_loop()]]
+    await _push_and_expect(bot, [steady])
+    await steady.disconnect()
+
+
 async def test_revoking_one_token_closes_its_panels_and_the_users_other_panels_keep_pushes(
     panel_user, no_asks
 ):
