@@ -37,6 +37,10 @@ def communicator(*, raw=None, subprotocols=None, headers=None) -> WebsocketCommu
 
 
 async def receive(comm, timeout=5) -> dict:
+    """The next frame of `comm`, decoded. Raises TimeoutError after `timeout` s, and then the
+    application is already cancelled (asgiref's `receive_output`): the panel is gone, and its
+    leave may take the process out of the user's group. To wait for a frame that may not
+    come, poll `comm.receive_nothing(timeout)` first."""
     return json.loads(await comm.receive_from(timeout))
 
 
