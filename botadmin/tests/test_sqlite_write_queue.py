@@ -163,3 +163,39 @@ def test_a_rolled_back_transaction_leaves_the_queue():
         1 / 0  # noqa: B018
     assert lock.acquire(0.1)
     lock.release()
+
+
+@pytest.mark.django_db
+def test_the_qmark_form_of_a_statement_is_worked_out_once_and_equals_djangos(monkeypatch):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only")
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    monkeypatch.setattr(sqlite_base, "_QMARK", {})
+    calls = []
+    real = SQLiteCursorWrapper.convert_query
+
+    def counting(self, query, *, param_names=None):
+        calls.append(query)
+        return real(self, query, param_names=param_names)
+
+    monkeypatch.setattr(SQLiteCursorWrapper, "convert_query", counting)
+    sql = "SELECT %s AS a, '100%%' AS b, %s AS c"
+    with connection.cursor() as cursor:
+        for n in range(3):
+            cursor.execute(sql, [n, "x"])
+            assert cursor.fetchone() == (n, "100%", "x")
+        cursor.execute("SELECT %(v)s AS v", {"v": 7})  # the named style is never kept
+        assert cursor.fetchone() == (7,)
+    assert calls.count(sql) == 1
+    assert sqlite_base._QMARK[sql] == "SELECT ? AS a, '100%' AS b, ? AS c"
+    assert "SELECT %(v)s AS v" not in sqlite_base._QMARK
+
+
+def test_the_qmark_texts_kept_are_bounded(monkeypatch):
+    monkeypatch.setattr(sqlite_base, "_QMARK", {})
+    monkeypatch.setattr(sqlite_base, "QMARK_TEXTS", 3)
+    cursor = sqlite_base.QueuedCursor.__new__(sqlite_base.QueuedCursor)
+    for n in range(7):
+        assert cursor.convert_query(f"SELECT {n}, %s") == f"SELECT {n}, ?"
+        assert len(sqlite_base._QMARK) <= 3

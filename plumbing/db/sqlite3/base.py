@@ -134,6 +134,10 @@ def write_lock(name: str) -> FairLock:
 
 
 #: Statements that neither write nor need the queue (reads, transaction control).
+#: SQL texts whose `?` form `QueuedCursor.convert_query` keeps (per process).
+QMARK_TEXTS = 2048
+_QMARK: dict[str, str] = {}
+
 _NOT_QUEUED = ("SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA", "WITH")
 
 
@@ -144,6 +148,19 @@ class QueuedCursor(base.SQLiteCursorWrapper):
     queue: FairLock
     timeout: float
     alias: str
+
+    def convert_query(self, query, *, param_names=None):
+        """Django's `%s` → `?` conversion (a regex over the whole text on every call),
+        remembered per SQL text for the `%s` style: the click path runs the same dozen texts
+        again and again. At most `QMARK_TEXTS` texts are kept, then it starts over."""
+        if param_names is not None:
+            return super().convert_query(query, param_names=param_names)
+        converted = _QMARK.get(query)
+        if converted is None:
+            if len(_QMARK) >= QMARK_TEXTS:
+                _QMARK.clear()
+            converted = _QMARK[query] = super().convert_query(query)
+        return converted
 
     def _queued(self, query: str) -> bool:
         return not self.connection.in_transaction and not query.lstrip()[:9].upper().startswith(
