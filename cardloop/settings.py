@@ -171,14 +171,22 @@ else:
         # feedback click: PostgreSQL's own CPU 1.76 -> 1.21 ms (`bench/README.md`). Prepared
         # statements live in one server connection: set DATABASE_PREPARED_STATEMENTS=false
         # behind a PgBouncer in transaction mode that does not track them (before 1.21).
-        # Every execution still gets a plan made for its own values (`plan_cache_mode`):
+        # Every execution still gets a plan made for its own values (`plan_cache_mode`,
+        # DATABASE_PLAN_CACHE_MODE; `auto` is PostgreSQL's default):
         # after five runs PostgreSQL may otherwise switch a prepared statement to one generic
         # plan, and for the analytics' date ranges that plan was 1.9-3.6x slower on a
         # million deliveries (summary and reasons over 365 days; `bench/README.md`).
         _db.setdefault("OPTIONS", {})["server_side_binding"] = True
         _db["OPTIONS"]["prepare_threshold"] = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
         _db["OPTIONS"]["options"] = " ".join(
-            filter(None, [_db["OPTIONS"].get("options"), "-c plan_cache_mode=force_custom_plan"])
+            filter(
+                None,
+                [
+                    _db["OPTIONS"].get("options"),
+                    "-c plan_cache_mode="
+                    + env.str("DATABASE_PLAN_CACHE_MODE", default="force_custom_plan"),
+                ],
+            )
         )
     # libpq's own connect timeout (whole seconds, at least 2): a connection attempt to a host
     # that does not answer gives up instead of hanging (the pool retries).
