@@ -163,14 +163,18 @@ else:
             # first request after the database returns gets a connection within about a second.
             "reconnect_timeout": env.float("DATABASE_POOL_RECONNECT_TIMEOUT", default=300.0),
         }
-    if env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
+    if env.bool("DATABASE_PREPARED_STATEMENTS", default=False):
         # Server-side binding (psycopg's `Cursor`, not `ClientCursor`) and prepared statements:
         # once a pooled connection has run the same SQL text `prepare_threshold` times, psycopg
         # PREPAREs it and later runs skip PostgreSQL's parsing and analysis (psycopg's docs,
         # "Prepared statements"; Django's docs, "Server-side parameters binding"). Measured on a
         # feedback click: PostgreSQL's own CPU 1.76 -> 1.21 ms (`bench/README.md`). Prepared
-        # statements live in one server connection: set DATABASE_PREPARED_STATEMENTS=false
-        # behind a PgBouncer in transaction mode that does not track them (before 1.21).
+        # statements live in one server connection: not behind a PgBouncer in transaction mode
+        # that does not track them (before 1.21). Off by default: a migration that changes a
+        # column's type (an AlterField) makes every prepared statement reading it fail with
+        # "cached plan must not change result type" on the running processes' pooled
+        # connections until they are restarted, and with force_custom_plan no gain remained
+        # on a feedback click (`bench/README.md`).
         # Every execution still gets a plan made for its own values (`plan_cache_mode`,
         # DATABASE_PLAN_CACHE_MODE; `auto` is PostgreSQL's default):
         # after five runs PostgreSQL may otherwise switch a prepared statement to one generic

@@ -45,10 +45,11 @@ def columns_of(model: type[Model], alias: str | None = None) -> str:
     """`model`'s concrete columns, quoted for this database and comma-separated (each as
     `alias.column` when `alias` is given), for a hand-written SELECT instead of `*`.
 
-    Why not `*`: PostgreSQL prepares a statement a pooled connection runs often
-    (`DATABASE_PREPARED_STATEMENTS`), and a prepared `SELECT *` fails with "cached plan must not
-    change result type" once a migration adds a column to its table, until that connection
-    closes. Named columns keep the prepared statement valid. Built once per model and alias."""
+    Why not `*`: with `DATABASE_PREPARED_STATEMENTS` PostgreSQL prepares a statement a pooled
+    connection runs often, and a prepared `SELECT *` fails with "cached plan must not change
+    result type" once a migration adds a column to its table, until that connection closes.
+    Named columns keep it valid across an added column (not across a changed column type,
+    which breaks any prepared statement reading it). Built once per model and alias."""
     key = (model, alias, connection.vendor)
     cached = _COLUMNS.get(key)
     if cached is None:
