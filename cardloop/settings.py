@@ -166,32 +166,18 @@ else:
     if env.bool("DATABASE_PREPARED_STATEMENTS", default=False):
         # Server-side binding (psycopg's `Cursor`, not `ClientCursor`) and prepared statements:
         # once a pooled connection has run the same SQL text `prepare_threshold` times, psycopg
-        # PREPAREs it and later runs skip PostgreSQL's parsing and analysis (psycopg's docs,
-        # "Prepared statements"; Django's docs, "Server-side parameters binding"). Measured on a
-        # feedback click: PostgreSQL's own CPU 1.76 -> 1.21 ms (`bench/README.md`). Prepared
-        # statements live in one server connection: not behind a PgBouncer in transaction mode
-        # that does not track them (before 1.21). Off by default: a migration that changes a
-        # column's type (an AlterField) makes every prepared statement reading it fail with
-        # "cached plan must not change result type" on the running processes' pooled
-        # connections until they are restarted, and with force_custom_plan no gain remained
-        # on a feedback click (`bench/README.md`).
-        # Every execution still gets a plan made for its own values (`plan_cache_mode`,
-        # DATABASE_PLAN_CACHE_MODE; `auto` is PostgreSQL's default):
-        # after five runs PostgreSQL may otherwise switch a prepared statement to one generic
-        # plan, and for the analytics' date ranges that plan was 1.9-3.6x slower on a
-        # million deliveries (summary and reasons over 365 days; `bench/README.md`).
-        _db.setdefault("OPTIONS", {})["server_side_binding"] = True
-        _db["OPTIONS"]["prepare_threshold"] = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
-        _db["OPTIONS"]["options"] = " ".join(
-            filter(
-                None,
-                [
-                    _db["OPTIONS"].get("options"),
-                    "-c plan_cache_mode="
-                    + env.str("DATABASE_PLAN_CACHE_MODE", default="force_custom_plan"),
-                ],
-            )
-        )
+        # PREPAREs it (psycopg's docs, "Prepared statements"; Django's docs, "Server-side
+        # parameters binding"). Not behind a PgBouncer in transaction mode that does not track
+        # them (before 1.21). Off by default: a migration that changes a column's type makes
+        # every prepared statement reading it fail ("cached plan must not change result type")
+        # on running processes until they restart. `plan_cache_mode` force_custom_plan plans
+        # each execution for its values: PostgreSQL's `auto` may switch to one generic plan,
+        # which made the analytics' 365-day date ranges 1.9-2.4x slower (`bench/README.md`).
+        plan_mode = env.str("DATABASE_PLAN_CACHE_MODE", default="force_custom_plan")
+        options = _db.setdefault("OPTIONS", {})
+        options["server_side_binding"] = True
+        options["prepare_threshold"] = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
+        options["options"] = f"{options.get('options', '')} -c plan_cache_mode={plan_mode}".strip()
     # libpq's own connect timeout (whole seconds, at least 2): a connection attempt to a host
     # that does not answer gives up instead of hanging (the pool retries).
     _db.setdefault("OPTIONS", {}).setdefault(

@@ -133,11 +133,11 @@ def write_lock(name: str) -> FairLock:
         return _LOCKS.setdefault(name, FairLock())
 
 
-#: Statements that neither write nor need the queue (reads, transaction control).
 #: SQL texts whose `?` form `QueuedCursor.convert_query` keeps (per process).
 QMARK_TEXTS = 2048
 _QMARK: dict[str, str] = {}
 
+#: Statements that neither write nor need the queue (reads, transaction control).
 _NOT_QUEUED = ("SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA", "WITH")
 
 
